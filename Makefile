@@ -1,0 +1,30 @@
+# The two set-up commands of the README. Both work on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test install clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# A stamp per extra so that `make test` after `make demo` still installs the test extras.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@ $(VENV)/.installed
+
+install: $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(BIN)/assay demo
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info

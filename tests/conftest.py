@@ -1,0 +1,34 @@
+"""Shared fixtures: where the real data lives, and a seeded generator per test."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def shared_data_dir() -> Path | None:
+    """``$ASSAY_DATA`` if set, else ``../shared/data`` beside the repository; None if absent."""
+    candidate = Path(os.environ["ASSAY_DATA"]) if os.environ.get("ASSAY_DATA") else REPO_ROOT.parent / "shared" / "data"
+    return candidate if candidate.is_dir() else None
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The real data folder. Missing data fails loudly in CI and skips (with the reason) elsewhere."""
+    found = shared_data_dir()
+    if found is None:
+        message = "the shared data folder is missing: set ASSAY_DATA or place ../shared/data beside the repository"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(20261122)
