@@ -1,0 +1,168 @@
+"""Per-layer rules of the bound engine: one table, used by every bound method.
+
+The engine sees a network as a list of *stages*: affine stages (Linear, Conv2d, AvgPool2d
+as a depthwise convolution, Flatten) and ReLU stages. For an affine stage it needs four maps
+on batches: the map itself, the map with absolute weights, the transposed map (backward
+substitution of linear bounds) and the transposed map with absolute weights (rounding
+magnitudes). :class:`Plan` prepares them once per (network, dtype) and caches them.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from assay.errors import UnsupportedOperatorError
+from assay.nn.layers import AvgPool2d, Conv2d, Flatten, Linear, ReLU
+from assay.nn.network import Network
+
+SUPPORTED = "Linear, Conv2d, ReLU, AvgPool2d, Flatten"
+
+
+@dataclass(frozen=True, eq=False)
+class AffineStage:
+    """``y = W x + b`` for one layer; shapes exclude the batch dimension."""
+
+    index: int
+    kind: str  # "linear" | "conv" | "flatten"
+    in_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    weight: torch.Tensor | None
+    bias: torch.Tensor | None
+    abs_weight: torch.Tensor | None
+    conv: Conv2d | None
+    # number of products summed into one output or one transposed entry (for rounding bounds)
+    fan: int
+    perturbable: bool  # its weights are model parameters (not a pooling constant or a reshape)
+
+    # ---------------------------------------------------------------- forward maps
+    def forward(self, x: torch.Tensor, weight=None, bias=None) -> torch.Tensor:
+        weight = self.weight if weight is None else weight
+        if self.kind == "linear":
+            return F.linear(x, weight, bias)
+        if self.kind == "conv":
+            c = self.conv
+            return F.conv2d(x, weight, bias, c.stride, c.padding, c.dilation, c.groups)
+        return x.reshape(x.shape[0], *self.out_shape)
+
+    def forward_bias(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward(x, self.weight, self.bias)
+
+    def forward_abs(self, x: torch.Tensor) -> torch.Tensor:
+        """``|W| x`` (no bias)."""
+        return self.forward(x, self.abs_weight, None)
+
+    def forward_ones(self, x: torch.Tensor) -> torch.Tensor:
+        """``1 x``: the sum of ``x`` over each output's receptive field (weight-perturbation radius)."""
+        if self.kind == "linear":
+            return x.sum(dim=1, keepdim=True).expand(x.shape[0], self.out_shape[0])
+        if self.kind == "conv":
+            return self.forward(x, torch.ones_like(self.weight), None)
+        return self.forward(x)
+
+    # ---------------------------------------------------------------- backward maps
+    def backward(self, A: torch.Tensor, weight=None) -> torch.Tensor:
+        """``A W``: A of shape (B, S, *out_shape) to (B, S, *in_shape)."""
+        weight = self.weight if weight is None else weight
+        batch, rows = A.shape[:2]
+        if self.kind == "linear":
+            return A.matmul(weight)
+        if self.kind == "conv":
+            c = self.conv
+            flat = A.reshape(batch * rows, *self.out_shape)
+            kh, kw = weight.shape[2:]
+            out_pad = []
+            for axis, k in ((0, kh), (1, kw)):
+                produced = (self.out_shape[axis + 1] - 1) * c.stride[axis] - 2 * c.padding[axis] + c.dilation[axis] * (k - 1) + 1
+                out_pad.append(self.in_shape[axis + 1] - produced)
+            back = F.conv_transpose2d(flat, weight, None, c.stride, c.padding, tuple(out_pad), c.groups, c.dilation)
+            return back.reshape(batch, rows, *self.in_shape)
+        return A.reshape(batch, rows, *self.in_shape)
+
+    def backward_abs(self, A: torch.Tensor) -> torch.Tensor:
+        return self.backward(A, self.abs_weight)
+
+    def bias_term(self, A: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """``A · b`` summed over the stage's output: shape (B, S)."""
+        bias = self.bias if bias is None else bias
+        if bias is None:
+            return A.new_zeros(A.shape[:2])
+        if self.kind == "linear":
+            return A.matmul(bias)
+        return A.sum(dim=(-2, -1)).matmul(bias)
+
+
+@dataclass(frozen=True, eq=False)
+class ReluStage:
+    index: int
+    shape: tuple[int, ...]
+
+
+class Plan:
+    """The stages of a network in one dtype. Obtain with :func:`plan_for`."""
+
+    def __init__(self, network: Network, dtype: torch.dtype):
+        self.network = network
+        self.dtype = dtype
+        self.stages: list[AffineStage | ReluStage] = []
+        for index, layer in enumerate(network.layers):
+            in_shape, out_shape = network.shapes[index], network.shapes[index + 1]
+            if isinstance(layer, ReLU):
+                self.stages.append(ReluStage(index, in_shape))
+            elif isinstance(layer, Linear):
+                weight, bias = network.parameters_as(index, dtype)
+                self.stages.append(
+                    AffineStage(index, "linear", in_shape, out_shape, weight, bias, weight.abs(), None,
+                                max(weight.shape), True)
+                )
+            elif isinstance(layer, (Conv2d, AvgPool2d)):
+                conv = layer if isinstance(layer, Conv2d) else layer.as_conv(in_shape[0])
+                weight, bias = conv.weight.to(dtype), conv.bias.to(dtype)
+                fan = max(weight.shape[1] * weight.shape[2] * weight.shape[3],
+                          weight.shape[0] * weight.shape[2] * weight.shape[3])
+                self.stages.append(
+                    AffineStage(index, "conv", in_shape, out_shape, weight, bias, weight.abs(), conv, fan,
+                                isinstance(layer, Conv2d))
+                )
+            elif isinstance(layer, Flatten):
+                self.stages.append(AffineStage(index, "flatten", in_shape, out_shape, None, None, None, None, 1, False))
+            else:  # pragma: no cover - Network validates its layers
+                raise UnsupportedOperatorError(
+                    f"bound propagation does not support layer {index} ({type(layer).__name__}); supported: {SUPPORTED}"
+                )
+        self.relu_positions = [i for i, s in enumerate(self.stages) if isinstance(s, ReluStage)]
+        # The rounding factor: every backward or forward product sums at most `fan` terms per
+        # entry; adding the layers' fans bounds the relative error of the whole chain.
+        self.total_fan = sum(s.fan + 3 for s in self.stages if isinstance(s, AffineStage)) + 3 * len(self.relu_positions)
+        self.affine_positions = [i for i, s in enumerate(self.stages) if isinstance(s, AffineStage) and s.perturbable]
+
+
+_PLANS: "weakref.WeakKeyDictionary[Network, dict]" = weakref.WeakKeyDictionary()
+
+
+def plan_for(network: Network, dtype: torch.dtype) -> Plan:
+    """The cached :class:`Plan` of ``network`` in ``dtype``."""
+    per_network = _PLANS.setdefault(network, {})
+    if dtype not in per_network:
+        per_network[dtype] = Plan(network, dtype)
+    return per_network[dtype]
+
+
+def unit_roundoff(dtype: torch.dtype) -> float:
+    return float(torch.finfo(dtype).eps) / 2.0
+
+
+def rounding_factor(plan: Plan, extra_terms: int = 0) -> float:
+    """A relative factor γ with |computed - exact| ≤ γ · magnitude for a chain through ``plan``.
+
+    Standard bound for floating-point dot products (Higham, Accuracy and Stability of
+    Numerical Algorithms, §3.1): a sum of n products has error at most γ_n = n·u/(1 − n·u)
+    times the sum of the absolute products. A chain of such sums accumulates at most the
+    sum of the γ's (first order); we double it to cover second-order terms.
+    """
+    u = unit_roundoff(plan.dtype)
+    n = plan.total_fan + extra_terms
+    return 2.0 * n * u / max(1.0 - n * u, 0.5)

@@ -1,0 +1,352 @@
+"""`compute_bounds`: the one public entry point of the bound engine."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+
+from assay._validate import check_choice
+from assay.bounds._ops import Plan, ReluStage, plan_for, unit_roundoff
+from assay.bounds.crown import Backward, backsubstitute, concretize, identity_rows
+from assay.bounds.ibp import center_radius, interval_pass
+from assay.bounds.optimize import Objective, optimize_bounds
+from assay.bounds.options import AlphaCrownOptions, BetaCrownOptions
+from assay.bounds.result import BoundsResult, IntermediateBounds, LinearBounds
+from assay.errors import DataError, OptionError, SpecError
+from assay.nn.network import Network, resolve_dtype
+
+METHODS = ("ibp", "crown", "alpha", "beta")
+# Rows × input elements bounded in one backward pass for intermediate layers (memory cap).
+_ROW_CHUNK_ELEMENTS = 1 << 24
+
+
+def compute_bounds(
+    network: Network,
+    input_set,
+    spec=None,
+    method: str = "crown",
+    *,
+    dtype="float64",
+    sides: str = "both",
+    splits: Sequence[torch.Tensor] | None = None,
+    intermediate: IntermediateBounds | None = None,
+    weight_perturbation=None,
+    options: AlphaCrownOptions | BetaCrownOptions | None = None,
+    objective: Objective | None = None,
+    return_linear: bool = False,
+) -> BoundsResult:
+    """Sound bounds of ``C · f(x) + d`` over a batch of input domains.
+
+    Args:
+        network: the network ``f``.
+        input_set: a :class:`~assay.sets.Box` (or anything with ``lower``/``upper``) whose
+            tensors have the network's input shape (one domain) or ``(B, *input_shape)``
+            (B domains); an :class:`~assay.sets.HPolytope` is bounded over its bounding box;
+            a ``(lower, upper)`` pair is accepted too.
+        spec: the rows to bound: None (every output), an :class:`~assay.sets.OutputSpec` or
+            :class:`~assay.sets.HalfSpaces` (all their rows ``C y + d``, stacked), a matrix
+            ``C`` of shape (S, n_out) or (B, S, n_out), or a pair ``(C, d)``.
+        method: ``"ibp"``, ``"crown"``, ``"alpha"`` (α-CROWN) or ``"beta"`` (β-CROWN).
+        dtype: ``"float32"`` or ``"float64"`` (default; verdicts should use it).
+        sides: ``"both"``, ``"lower"`` or ``"upper"``; the other side is returned as ∓inf.
+        splits: β-CROWN split history: one int tensor per ReLU layer of shape (B, *layer shape)
+            (or the layer shape, shared by all domains) with +1 (neuron constrained to z ≥ 0),
+            −1 (z ≤ 0) or 0 (free). Bounds then hold over the inputs satisfying the splits;
+            a domain whose splits contradict its bounds is empty and gets lower = +inf,
+            upper = −inf. Every method honours splits; ``"beta"`` also optimises multipliers.
+        intermediate: pre-activation bounds from an earlier call on a superset of each domain
+            (e.g. the parent in branch and bound); they are reused instead of recomputed.
+        weight_perturbation: δ ≥ 0: every weight and bias of every Linear/Conv2d layer may
+            move by up to δ (ℓ∞); or a sequence with one δ per Linear/Conv2d layer, in order;
+            or a dict ``{layer index: δ}``. Bounds then hold for every such network.
+        options: :class:`AlphaCrownOptions` / :class:`BetaCrownOptions` for the optimised methods.
+        objective: for ``"alpha"``/``"beta"``: a function (LinearBounds, lower (B, S)) → (B,)
+            to maximise instead of the sum of lower bounds (e.g. a sample-based volume).
+        return_linear: also return linear bounds w.r.t. the input (CROWN-family methods).
+
+    Returns:
+        :class:`BoundsResult` with ``lower``/``upper`` of shape (B, S).
+
+    Soundness: for every x in domain i (satisfying its splits; for every perturbed network),
+    ``lower[i] ≤ C f(x) + d ≤ upper[i]`` holds exactly (in real arithmetic) for the values
+    returned: floating-point rounding is bounded and subtracted (see :mod:`assay.bounds.crown`).
+    """
+    started = time.perf_counter()
+    check_choice(method, "method", "compute_bounds", METHODS)
+    check_choice(sides, "sides", "compute_bounds", ("both", "lower", "upper"))
+    if return_linear and method == "ibp":
+        raise OptionError("return_linear needs a CROWN-family method ('crown', 'alpha' or 'beta'); IBP has no linear bounds")
+    torch_dtype = resolve_dtype(dtype)
+    plan = plan_for(network, torch_dtype)
+    lower, upper = _input_bounds(network, input_set, torch_dtype)
+    batch = lower.shape[0]
+    C, d = _spec_rows(network, spec, batch, torch_dtype)
+    deltas = _resolve_deltas(plan, weight_perturbation)
+    split_signs = _resolve_splits(plan, splits, batch)
+    options = _resolve_options(method, options)
+    if objective is not None and method not in ("alpha", "beta"):
+        raise OptionError("an `objective` is only used by the optimised methods 'alpha' and 'beta'")
+
+    with torch.no_grad():
+        known: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        if intermediate is not None:
+            _check_intermediate(plan, intermediate, batch)
+            for k, position in enumerate(plan.relu_positions):
+                known[position] = (intermediate.lower[k].to(torch_dtype), intermediate.upper[k].to(torch_dtype))
+        infeasible = torch.zeros(batch, dtype=torch.bool)
+
+        def clamp(position, l, u):
+            nonlocal infeasible
+            if position in known:
+                l, u = torch.maximum(l, known[position][0]), torch.minimum(u, known[position][1])
+            if position in split_signs:
+                signs = split_signs[position]
+                l = torch.where(signs < 0, l.clamp(min=0), l)  # sign −1 marks z ≥ 0 (active)
+                u = torch.where(signs > 0, u.clamp(max=0), u)  # sign +1 marks z ≤ 0 (inactive)
+            empty = (l > u).reshape(l.shape[0], -1).any(1)
+            infeasible = infeasible | empty
+            return l, torch.maximum(l, u)
+
+        bounds = interval_pass(plan, lower, upper, deltas, clamp)
+        center, radius = center_radius(lower, upper)
+        stats = {"domains": batch, "rows": C.shape[1], "method": method}
+        if method != "ibp" and intermediate is None:
+            for position in plan.relu_positions:
+                tightened = _crown_layer_bounds(plan, position, bounds, deltas, center, radius)
+                known[position] = tightened
+                bounds = interval_pass(plan, lower, upper, deltas, clamp)
+
+    rows_lower, rows_upper = _sided_rows(C, d, sides)
+    linear = None
+    if method == "ibp":
+        out_lower, out_upper = bounds[-1]
+        lo, hi = _interval_rows(C, d, out_lower, out_upper)
+        result_lower = lo if sides != "upper" else torch.full_like(lo, -torch.inf)
+        result_upper = hi if sides != "lower" else torch.full_like(hi, torch.inf)
+    else:
+        stacked_C = torch.cat([r[0] for r in (rows_lower, rows_upper) if r is not None], dim=1)
+        stacked_d = torch.cat([r[1] for r in (rows_lower, rows_upper) if r is not None], dim=1)
+        n_lower = rows_lower[0].shape[1] if rows_lower is not None else 0
+
+        def to_linear(back: Backward, margin: torch.Tensor) -> LinearBounds:
+            offset = back.b - margin
+            return LinearBounds(
+                back.A[:, :n_lower] if rows_lower is not None else None,
+                offset[:, :n_lower] if rows_lower is not None else None,
+                -back.A[:, n_lower:] if rows_upper is not None else None,
+                -offset[:, n_lower:] if rows_upper is not None else None,
+            )
+
+        if method == "crown":
+            with torch.no_grad():
+                back = backsubstitute(plan, len(plan.stages), stacked_C, stacked_d, bounds, deltas)
+                best, margin = concretize(plan, back, center, radius)
+            iterations = 0
+        else:
+            if isinstance(options, BetaCrownOptions):
+                lr_alpha, lr_beta = options.lr_alpha, options.lr_beta
+                signs_for_beta = split_signs
+            else:
+                lr_alpha, lr_beta, signs_for_beta = options.lr, 0.0, None
+            best, back, margin, iterations = optimize_bounds(
+                plan, stacked_C, stacked_d, bounds, center, radius,
+                deltas=deltas, split_signs=signs_for_beta, iterations=options.iterations,
+                lr_alpha=lr_alpha, lr_beta=lr_beta, lr_decay=options.lr_decay,
+                objective=objective, to_linear=to_linear,
+            )
+        stats["iterations"] = iterations
+        with torch.no_grad():
+            # CROWN and IBP are both sound: keep the tighter of the two for each row.
+            ibp_lo, ibp_hi = _interval_rows(C, d, *bounds[-1])
+            result_lower = torch.full_like(ibp_lo, -torch.inf)
+            result_upper = torch.full_like(ibp_hi, torch.inf)
+            if rows_lower is not None:
+                result_lower = torch.maximum(best[:, :n_lower].detach(), ibp_lo)
+            if rows_upper is not None:
+                result_upper = torch.minimum(-best[:, n_lower:].detach(), ibp_hi)
+        if return_linear:
+            linear = to_linear(Backward(back.A.detach(), back.b.detach(), back.A_abs, back.b_abs), margin.detach())
+
+    if infeasible.any():
+        result_lower = torch.where(infeasible.unsqueeze(1), torch.inf, result_lower)
+        result_upper = torch.where(infeasible.unsqueeze(1), -torch.inf, result_upper)
+    stats["infeasible_domains"] = int(infeasible.sum())
+    stats["seconds"] = time.perf_counter() - started
+    intermediate_out = None
+    if method != "ibp" or plan.relu_positions:
+        intermediate_out = IntermediateBounds(
+            tuple(bounds[p][0] for p in plan.relu_positions), tuple(bounds[p][1] for p in plan.relu_positions)
+        )
+    return BoundsResult(result_lower.detach(), result_upper.detach(), method, linear, intermediate_out, C, d, stats)
+
+
+# ---------------------------------------------------------------------------- helpers
+def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radius):
+    """CROWN bounds of the input of ReLU stage ``position``, only for neurons not yet stable."""
+    lower, upper = bounds[position]
+    batch, shape = lower.shape[0], lower.shape[1:]
+    unstable = ((lower < 0) & (upper > 0)).reshape(batch, -1).any(0)
+    neurons = unstable.nonzero().flatten()
+    if neurons.numel() == 0:
+        return lower, upper
+    flat_lower, flat_upper = lower.reshape(batch, -1).clone(), upper.reshape(batch, -1).clone()
+    input_elements = max(1, center[0].numel())
+    chunk = max(1, _ROW_CHUNK_ELEMENTS // (2 * batch * input_elements))
+    for start in range(0, neurons.numel(), chunk):
+        part = neurons[start:start + chunk]
+        C = identity_rows(tuple(shape), part, batch, lower.dtype)
+        d = torch.zeros(batch, C.shape[1], dtype=lower.dtype)
+        back = backsubstitute(plan, position, C, d, bounds, deltas)
+        value, _ = concretize(plan, back, center, radius)
+        m = part.numel()
+        flat_lower[:, part] = torch.maximum(flat_lower[:, part], value[:, :m])
+        flat_upper[:, part] = torch.minimum(flat_upper[:, part], -value[:, m:])
+    return flat_lower.reshape(lower.shape), flat_upper.reshape(upper.shape)
+
+
+def _interval_rows(C, d, out_lower, out_upper):
+    """Interval bounds of C y + d for y in [out_lower, out_upper], rounded outwards."""
+    center, radius = center_radius(out_lower, out_upper)
+    flat = lambda t: t.reshape(t.shape[0], 1, -1)  # noqa: E731
+    C_flat = C.reshape(C.shape[0], C.shape[1], -1)
+    mid = (C_flat * flat(center)).sum(-1) + d
+    rad = (C_flat.abs() * flat(radius)).sum(-1)
+    u = unit_roundoff(C.dtype)
+    margin = 2 * (C_flat.shape[-1] + 3) * u * ((C_flat.abs() * (flat(center).abs() + flat(radius))).sum(-1) + d.abs())
+    return mid - rad - margin, mid + rad + margin
+
+
+def _sided_rows(C, d, sides):
+    lower_rows = (C, d) if sides in ("both", "lower") else None
+    upper_rows = (-C, -d) if sides in ("both", "upper") else None
+    return lower_rows, upper_rows
+
+
+def _input_bounds(network: Network, input_set, dtype):
+    if hasattr(input_set, "bounding_box") and not hasattr(input_set, "lower"):
+        input_set = input_set.bounding_box()
+    if hasattr(input_set, "lower") and hasattr(input_set, "upper"):
+        lower, upper = input_set.lower, input_set.upper
+    elif isinstance(input_set, (tuple, list)) and len(input_set) == 2:
+        lower, upper = input_set
+    else:
+        raise SpecError(f"compute_bounds needs a Box, an HPolytope or a (lower, upper) pair; got {type(input_set).__name__}")
+    lower = torch.as_tensor(lower).to(dtype)
+    upper = torch.as_tensor(upper).to(dtype)
+    shape = network.input_shape
+    if tuple(lower.shape) == shape:
+        lower, upper = lower.unsqueeze(0), upper.unsqueeze(0)
+    if tuple(lower.shape[1:]) != shape or lower.shape != upper.shape:
+        raise DataError(
+            f"the input set has shape {tuple(lower.shape)}, but {network.source} takes inputs of shape {shape} "
+            f"(or a batch of domains of shape (B, {', '.join(map(str, shape))}))"
+        )
+    if not (torch.isfinite(lower).all() and torch.isfinite(upper).all()):
+        raise DataError("the input set has NaN or infinite bounds; every input must be bounded")
+    if (lower > upper).any():
+        raise SpecError("the input set has a lower bound above its upper bound")
+    return lower, upper
+
+
+def _spec_rows(network: Network, spec, batch: int, dtype):
+    n_out = network.output_size
+    if spec is None:
+        C, d = torch.eye(n_out, dtype=dtype), torch.zeros(n_out, dtype=dtype)
+    elif hasattr(spec, "rows"):
+        C, d, _ = spec.rows()
+    elif hasattr(spec, "C") and hasattr(spec, "d"):
+        C, d = spec.C, spec.d
+    elif isinstance(spec, (tuple, list)) and len(spec) == 2:
+        C, d = spec
+    else:
+        C, d = spec, None
+    C = torch.as_tensor(C).to(dtype)
+    if d is None:
+        d = torch.zeros(C.shape[:-1], dtype=dtype)
+    d = torch.as_tensor(d).to(dtype)
+    if C.dim() == 2:
+        C, d = C.unsqueeze(0).expand(batch, *C.shape), d.unsqueeze(0).expand(batch, *d.shape)
+    if C.dim() != 3 or C.shape[0] != batch or C.shape[2] != n_out or d.shape != C.shape[:2]:
+        raise SpecError(
+            f"the spec rows have shape C {tuple(C.shape)}, d {tuple(d.shape)}; expected C (S, {n_out}) or "
+            f"(B={batch}, S, {n_out}) and d (S,) or (B, S) for {network.source}"
+        )
+    return C.reshape(batch, C.shape[1], *network.output_shape).contiguous(), d.contiguous()
+
+
+def _resolve_deltas(plan: Plan, weight_perturbation) -> dict[int, float]:
+    if weight_perturbation is None:
+        return {}
+    positions = plan.affine_positions  # stage positions of Linear/Conv2d layers
+    layer_to_position = {plan.stages[p].index: p for p in positions}
+    if isinstance(weight_perturbation, dict):
+        items = []
+        for layer_index, delta in weight_perturbation.items():
+            if layer_index not in layer_to_position:
+                raise OptionError(
+                    f"weight_perturbation names layer {layer_index}, which is not a Linear/Conv2d layer; "
+                    f"those are layers {sorted(layer_to_position)}"
+                )
+            items.append((layer_to_position[layer_index], delta))
+    elif isinstance(weight_perturbation, (int, float)):
+        items = [(p, weight_perturbation) for p in positions]
+    else:
+        values = list(weight_perturbation)
+        if len(values) != len(positions):
+            raise OptionError(
+                f"weight_perturbation has {len(values)} values, but the network has {len(positions)} Linear/Conv2d layers"
+            )
+        items = list(zip(positions, values))
+    deltas = {}
+    for position, delta in items:
+        delta = float(delta)
+        if not delta >= 0 or delta == torch.inf:
+            raise OptionError(f"weight_perturbation values must be finite and ≥ 0; got {delta}")
+        if delta > 0:
+            deltas[position] = delta
+    return deltas
+
+
+def _resolve_splits(plan: Plan, splits, batch: int) -> dict[int, torch.Tensor]:
+    if splits is None:
+        return {}
+    splits = list(splits)
+    if len(splits) != len(plan.relu_positions):
+        raise OptionError(f"splits has {len(splits)} entries; the network has {len(plan.relu_positions)} ReLU layers")
+    signs = {}
+    for position, split in zip(plan.relu_positions, splits):
+        shape = plan.stages[position].shape
+        split = torch.as_tensor(split)
+        if tuple(split.shape) == shape:
+            split = split.unsqueeze(0).expand(batch, *shape)
+        if tuple(split.shape) != (batch, *shape):
+            raise OptionError(f"a split tensor has shape {tuple(split.shape)}; expected {(batch, *shape)} or {shape}")
+        if not torch.isin(split, torch.tensor([-1, 0, 1], dtype=split.dtype)).all():
+            raise OptionError("split tensors may only contain -1 (z ≤ 0), 0 (free) and +1 (z ≥ 0)")
+        # Internally the sign of the Lagrangian term: +1 for z ≤ 0 splits, −1 for z ≥ 0 splits.
+        signs[position] = (-split).to(plan.dtype)
+    return signs
+
+
+def _resolve_options(method: str, options):
+    if method == "alpha":
+        options = options or AlphaCrownOptions()
+        if not isinstance(options, AlphaCrownOptions):
+            raise OptionError(f"method 'alpha' takes AlphaCrownOptions; got {type(options).__name__}")
+    elif method == "beta":
+        options = options or BetaCrownOptions()
+        if not isinstance(options, BetaCrownOptions):
+            raise OptionError(f"method 'beta' takes BetaCrownOptions; got {type(options).__name__}")
+    elif options is not None:
+        raise OptionError(f"method {method!r} takes no options; got {type(options).__name__}")
+    return options
+
+
+def _check_intermediate(plan: Plan, intermediate: IntermediateBounds, batch: int):
+    if len(intermediate.lower) != len(plan.relu_positions) or intermediate.batch_size != batch:
+        raise OptionError(
+            f"intermediate bounds cover {len(intermediate.lower)} ReLU layers and {intermediate.batch_size} domains; "
+            f"expected {len(plan.relu_positions)} layers and {batch} domains"
+        )

@@ -1,0 +1,128 @@
+"""Backward substitution of linear bounds (CROWN, Zhang et al., NeurIPS 2018).
+
+Given spec rows ``C`` (B, S, *target_shape) and offsets ``d`` (B, S) on the input of stage
+``target`` (or the network output), :func:`backsubstitute` walks the stages backwards and
+returns ``A`` (B, S, *input_shape) and ``b`` (B, S) such that for every x in the domain
+
+    C · h_target(x) + d  ≥  A · x + b
+
+using, at each ReLU, the relaxation of :mod:`assay.bounds.relaxation` (optionally with per-row
+optimised lower slopes α and split multipliers β, see β-CROWN, Wang et al., NeurIPS 2021).
+Upper bounds are lower bounds of the negated rows.
+
+Rounding: next to ``A`` the walk carries ``A_abs`` ≥ |A| computed with absolute weights, and
+``b_abs`` ≥ the magnitude of every term added into ``b``. :func:`concretize` subtracts
+γ·(A_abs·|x| + b_abs), which bounds the floating-point error of the whole chain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from assay.bounds._ops import AffineStage, Plan, ReluStage, rounding_factor
+from assay.bounds.ibp import magnitude, perturbation_radius
+from assay.bounds.relaxation import relax_relu
+
+
+@dataclass(eq=False)
+class Backward:
+    """The linear lower bound of C·h + d as ``A·x + b`` plus rounding magnitudes."""
+
+    A: torch.Tensor
+    b: torch.Tensor
+    A_abs: torch.Tensor
+    b_abs: torch.Tensor
+
+
+def _dot(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Σ over the trailing dims of A (B, S, *shape) times v (B, *shape) → (B, S)."""
+    return (A * v.unsqueeze(1)).reshape(A.shape[0], A.shape[1], -1).sum(-1)
+
+
+def backsubstitute(
+    plan: Plan,
+    target: int,
+    C: torch.Tensor,
+    d: torch.Tensor,
+    bounds: list[tuple[torch.Tensor, torch.Tensor]],
+    deltas: dict[int, float] | None = None,
+    slopes: dict[int, torch.Tensor] | None = None,
+    betas: dict[int, torch.Tensor] | None = None,
+) -> Backward:
+    """Lower linear bound of ``C · (input of stage target) + d`` in terms of the network input.
+
+    Args:
+        plan: stages in the working dtype.
+        target: stage position whose input is bounded (``len(plan.stages)`` for the output).
+        C: (B, S, *shape) rows; d: (B, S).
+        bounds: ``bounds[p]`` = (lower, upper) of the input of stage p, for p < target; ReLU
+            inputs must already include split clamping.
+        deltas: weight-perturbation radius per stage position.
+        slopes: per ReLU position, lower slopes (B, S, *shape) to use on unstable neurons
+            (values in [0, 1]); absent: CROWN's adaptive choice.
+        betas: per ReLU position, signed split multipliers (B, S, *shape): +β on neurons split
+            inactive (z ≤ 0), −β on neurons split active (z ≥ 0), 0 elsewhere.
+    """
+    deltas = deltas or {}
+    slopes = slopes or {}
+    betas = betas or {}
+    A, b = C, d.clone()
+    A_abs, b_abs = C.abs(), d.abs()
+    for position in range(target - 1, -1, -1):
+        stage = plan.stages[position]
+        if isinstance(stage, ReluStage):
+            lower, upper = bounds[position]
+            relax = relax_relu(lower, upper)
+            lower_slope = relax.lower_slope.unsqueeze(1)
+            if position in slopes:
+                lower_slope = torch.where(relax.unstable.unsqueeze(1), slopes[position], lower_slope)
+            A_pos, A_neg = A.clamp(min=0), A.clamp(max=0)
+            b = b + _dot(A_neg, relax.upper_intercept)
+            b_abs = b_abs + _dot(A_abs, relax.upper_intercept.abs())
+            A = A_pos * lower_slope + A_neg * relax.upper_slope.unsqueeze(1)
+            if position in betas:
+                A = A + betas[position]
+                A_abs = A_abs + betas[position].abs()
+        else:
+            delta = deltas.get(position, 0.0)
+            if delta > 0:
+                noise = perturbation_radius(stage, *bounds[position], delta)
+                b = b - _dot(A.abs(), noise)
+                b_abs = b_abs + _dot(A_abs, noise)
+            if stage.bias is not None:
+                b = b + stage.bias_term(A)
+                b_abs = b_abs + stage.bias_term(A_abs, stage.bias.abs())
+            A = stage.backward(A)
+            A_abs = stage.backward_abs(A_abs) if stage.abs_weight is not None else stage.backward(A_abs)
+    return Backward(A, b, A_abs, b_abs)
+
+
+def concretize(plan: Plan, back: Backward, center: torch.Tensor, radius: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lowest value of ``A·x + b`` over the box [center ± radius], never above the exact one.
+
+    Returns the lower bound (B, S) and the rounding margin (B, S) already subtracted from it
+    (the margin also makes ``b - margin`` a sound offset for the linear bound itself).
+    """
+    flat = lambda t: t.reshape(t.shape[0], t.shape[1], -1)  # noqa: E731
+    c = center.reshape(center.shape[0], 1, -1)
+    r = radius.reshape(radius.shape[0], 1, -1)
+    A = flat(back.A)
+    value = (A * c).sum(-1) - (A.abs() * r).sum(-1) + back.b
+    gamma = rounding_factor(plan, extra_terms=c.shape[-1])
+    margin = gamma * ((flat(back.A_abs) * (c.abs() + r)).sum(-1) + back.b_abs)
+    return value - margin, margin
+
+
+def identity_rows(shape: tuple[int, ...], neurons: torch.Tensor, batch: int, dtype) -> torch.Tensor:
+    """Rows selecting ``neurons`` (flat indices) then their negations: (batch, 2m, *shape)."""
+    size = 1
+    for dim in shape:
+        size *= dim
+    m = neurons.numel()
+    rows = torch.zeros(2 * m, size, dtype=dtype)
+    arange = torch.arange(m)
+    rows[arange, neurons] = 1.0
+    rows[m + arange, neurons] = -1.0
+    return rows.reshape(1, 2 * m, *shape).expand(batch, 2 * m, *shape)

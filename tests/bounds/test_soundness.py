@@ -1,0 +1,181 @@
+"""Conformance suite: every bound method must contain every sampled output.
+
+Each test draws a random small network and random input domains, computes bounds, and tries to
+falsify them with 10⁴ sampled inputs per domain (a quarter at box vertices). It also checks
+the expected ordering of tightness: CROWN no looser than IBP, α-CROWN no looser than CROWN,
+β-CROWN with splits no looser than without.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from assay.bounds import AlphaCrownOptions, BetaCrownOptions, compute_bounds
+
+from .strategies import (
+    conv_networks,
+    dense_networks,
+    forward_batched,
+    perturbed_network,
+    random_boxes,
+    random_splits,
+    sample_box,
+    satisfies_splits,
+)
+
+SAMPLES = 10_000
+FAST = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+networks = st.one_of(dense_networks(), conv_networks())
+
+
+def assert_contains(result, outputs, mask=None):
+    """outputs (n, B, S); every (masked) sample lies within [lower, upper]."""
+    lower, upper = result.lower.unsqueeze(0), result.upper.unsqueeze(0)
+    below = outputs < lower
+    above = outputs > upper
+    if mask is not None:
+        below &= mask.unsqueeze(-1)
+        above &= mask.unsqueeze(-1)
+    assert not below.any(), f"a sampled output lies below the lower bound by {(lower - outputs)[below].max().item():.3g}"
+    assert not above.any(), f"a sampled output lies above the upper bound by {(outputs - upper)[above].max().item():.3g}"
+
+
+@pytest.mark.parametrize("method", ["ibp", "crown", "alpha"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@FAST
+@given(network=networks, seed=st.integers(0, 2**32 - 1))
+def test_bounds_contain_sampled_outputs(method, dtype, network, seed):
+    rng = np.random.default_rng(seed)
+    lower, upper = random_boxes(network, rng, batch=3)
+    options = AlphaCrownOptions(iterations=5) if method == "alpha" else None
+    result = compute_bounds(network, (lower, upper), method=method, dtype=dtype, options=options)
+    outputs = forward_batched(network, sample_box(lower, upper, rng, SAMPLES))
+    assert_contains(result, outputs)
+
+
+@pytest.mark.parametrize("method", ["crown", "alpha"])
+@FAST
+@given(network=networks, seed=st.integers(0, 2**32 - 1))
+def test_linear_bounds_contain_sampled_outputs(method, network, seed):
+    rng = np.random.default_rng(seed)
+    lower, upper = random_boxes(network, rng, batch=2)
+    options = AlphaCrownOptions(iterations=5) if method == "alpha" else None
+    result = compute_bounds(network, (lower, upper), method=method, options=options, return_linear=True)
+    x = sample_box(lower, upper, rng, SAMPLES)
+    outputs = forward_batched(network, x)  # (n, B, S)
+    linear_lower, linear_upper = result.linear.evaluate(x.transpose(0, 1))  # (B, n, S)
+    slack = 1e-9 * (1 + outputs.abs())
+    assert (linear_lower.transpose(0, 1) <= outputs + slack).all()
+    assert (linear_upper.transpose(0, 1) >= outputs - slack).all()
+
+
+@pytest.mark.parametrize("method", ["crown", "alpha", "beta"])
+@FAST
+@given(network=networks, seed=st.integers(0, 2**32 - 1))
+def test_split_bounds_contain_outputs_inside_the_split_region(method, network, seed):
+    rng = np.random.default_rng(seed)
+    lower, upper = random_boxes(network, rng, batch=3, max_width=2.0)
+    parent = compute_bounds(network, (lower, upper), method="crown")
+    splits = random_splits(network, parent.intermediate, rng)
+    options = {"alpha": AlphaCrownOptions(iterations=5), "beta": BetaCrownOptions(iterations=5)}.get(method)
+    result = compute_bounds(network, (lower, upper), method=method, splits=splits, options=options)
+    x = sample_box(lower, upper, rng, SAMPLES)
+    mask = satisfies_splits(network, x, splits)
+    assert_contains(result, forward_batched(network, x), mask)
+    # A domain with no sampled point may be empty; one with points cannot be reported empty.
+    assert not (torch.isinf(result.lower).all(1) & mask.any(0)).any()
+
+
+@FAST
+@given(network=networks, seed=st.integers(0, 2**32 - 1))
+def test_reused_intermediate_bounds_stay_sound_on_a_subdomain(network, seed):
+    rng = np.random.default_rng(seed)
+    lower, upper = random_boxes(network, rng, batch=2)
+    parent = compute_bounds(network, (lower, upper), method="crown")
+    cut = torch.as_tensor(rng.uniform(size=lower.shape))
+    child_upper = lower + (upper - lower) * cut
+    child = compute_bounds(network, (lower, child_upper), method="crown", intermediate=parent.intermediate)
+    assert_contains(child, forward_batched(network, sample_box(lower, child_upper, rng, SAMPLES)))
+
+
+@pytest.mark.parametrize("method", ["ibp", "crown"])
+@FAST
+@given(network=networks, seed=st.integers(0, 2**32 - 1), delta=st.sampled_from([0.0, 0.01, 0.1]))
+def test_interval_weight_bounds_contain_perturbed_networks(method, network, seed, delta):
+    rng = np.random.default_rng(seed)
+    lower, upper = random_boxes(network, rng, batch=2)
+    result = compute_bounds(network, (lower, upper), method=method, weight_perturbation=delta)
+    for _ in range(10):
+        moved = perturbed_network(network, rng, delta)
+        assert_contains(result, forward_batched(moved, sample_box(lower, upper, rng, SAMPLES // 10)))
+
+
+def test_interval_weights_are_sound_for_inputs_of_either_sign():
+    """x ∈ [1, 2] times w ∈ [0.9, 1.1]: the product ranges over [0.9, 2.2]."""
+    from assay.nn import Linear, Network
+
+    network = Network((Linear(torch.ones(1, 1), torch.zeros(1)),), (1,))
+    for method in ("ibp", "crown"):
+        result = compute_bounds(network, (torch.ones(1), 2 * torch.ones(1)), method=method, weight_perturbation=0.1)
+        # the bias moves by ±0.1 too: [0.9 - 0.1, 2.2 + 0.1]
+        assert result.lower.item() <= 0.8 and result.upper.item() >= 2.3
+    exact = compute_bounds(network, (torch.ones(1), 2 * torch.ones(1)), method="ibp", weight_perturbation=0.1)
+    assert exact.lower.item() == pytest.approx(0.8) and exact.upper.item() == pytest.approx(2.3)
+    negative = compute_bounds(network, (-2 * torch.ones(1), -torch.ones(1)), method="ibp", weight_perturbation=0.1)
+    assert negative.lower.item() == pytest.approx(-2.2 - 0.1) and negative.upper.item() == pytest.approx(-0.9 + 0.1)
+
+
+def _mean_width(result):
+    return (result.upper - result.lower).mean().item()
+
+
+def test_tightness_ordering_on_average():
+    """Averaged over random networks: IBP ≥ CROWN ≥ α-CROWN widths; β with splits ≤ without."""
+    rng = np.random.default_rng(7)
+    widths = {"ibp": [], "crown": [], "alpha": []}
+    split_gain = []
+    for trial in range(20):
+        network = _example_network(trial)
+        lower, upper = random_boxes(network, rng, batch=4)
+        for method in widths:
+            widths[method].append(_mean_width(compute_bounds(network, (lower, upper), method=method)))
+        crown = compute_bounds(network, (lower, upper), method="crown")
+        splits = random_splits(network, crown.intermediate, rng)
+        without = compute_bounds(network, (lower, upper), method="beta", splits=None)
+        with_splits = compute_bounds(network, (lower, upper), method="beta", splits=splits)
+        finite = torch.isfinite(with_splits.lower).all(1)
+        split_gain.append(((without.upper - without.lower)[finite] - (with_splits.upper - with_splits.lower)[finite]).mean().item()
+                          if finite.any() else 0.0)
+    mean = {m: float(np.mean(w)) for m, w in widths.items()}
+    assert mean["crown"] <= mean["ibp"]
+    assert mean["alpha"] <= mean["crown"]
+    assert float(np.mean(split_gain)) >= 0.0
+    # Elementwise, CROWN results are intersected with IBP and α-CROWN starts from CROWN.
+    for a, b in zip(widths["crown"], widths["ibp"]):
+        assert a <= b + 1e-9
+    for a, b in zip(widths["alpha"], widths["crown"]):
+        assert a <= b + 1e-9
+
+
+def _example_network(trial: int):
+    from assay.nn import Conv2d, Flatten, Linear, Network, ReLU
+
+    rng = np.random.default_rng(trial)
+    if trial % 2:
+        widths = [4, 12, 12, 12, 3]
+        layers = []
+        for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+            layers.append(Linear(torch.as_tensor(rng.normal(0, 1 / np.sqrt(a) * 1.5, (b, a))), torch.as_tensor(rng.normal(0, 0.3, b))))
+            if i < len(widths) - 2:
+                layers.append(ReLU())
+        return Network(tuple(layers), (4,))
+    layers = (
+        Conv2d(torch.as_tensor(rng.normal(0, 0.5, (3, 1, 3, 3))), torch.as_tensor(rng.normal(0, 0.2, 3)), 1, 1), ReLU(),
+        Flatten(), Linear(torch.as_tensor(rng.normal(0, 0.2, (8, 75))), torch.as_tensor(rng.normal(0, 0.2, 8))), ReLU(),
+        Linear(torch.as_tensor(rng.normal(0, 0.5, (3, 8))), torch.zeros(3)),
+    )
+    return Network(layers, (1, 5, 5))
