@@ -9,7 +9,7 @@ import torch
 
 from assay._validate import check_choice
 from assay.bounds._ops import Plan, ReluStage, plan_for, unit_roundoff
-from assay.bounds.crown import Backward, backsubstitute, concretize, identity_rows
+from assay.bounds.crown import Backward, backsubstitute, concretize
 from assay.bounds.ibp import center_radius, interval_pass
 from assay.bounds.optimize import Objective, optimize_bounds
 from assay.bounds.options import AlphaCrownOptions, BetaCrownOptions
@@ -184,25 +184,38 @@ def compute_bounds(
 
 # ---------------------------------------------------------------------------- helpers
 def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radius):
-    """CROWN bounds of the input of ReLU stage ``position``, only for neurons not yet stable."""
+    """CROWN bounds of the input of ReLU stage ``position``, only for neurons not yet stable.
+
+    Stable neurons are relaxed exactly whatever their bounds, so only the unstable ones of each
+    domain get a row: domain i bounds its own ``k_i`` unstable neurons, padded to max_i k_i.
+    """
     lower, upper = bounds[position]
-    batch, shape = lower.shape[0], lower.shape[1:]
-    unstable = ((lower < 0) & (upper > 0)).reshape(batch, -1).any(0)
-    neurons = unstable.nonzero().flatten()
-    if neurons.numel() == 0:
-        return lower, upper
+    batch = lower.shape[0]
     flat_lower, flat_upper = lower.reshape(batch, -1).clone(), upper.reshape(batch, -1).clone()
+    unstable = (flat_lower < 0) & (flat_upper > 0)
+    width = int(unstable.sum(1).max()) if batch else 0
+    if width == 0:
+        return lower, upper
+    # The unstable neurons of each domain first (stable sort keeps index order), then padding.
+    order = torch.sort(unstable.to(torch.int8), dim=1, descending=True, stable=True).indices
     input_elements = max(1, center[0].numel())
     chunk = max(1, _ROW_CHUNK_ELEMENTS // (2 * batch * input_elements))
-    for start in range(0, neurons.numel(), chunk):
-        part = neurons[start:start + chunk]
-        C = identity_rows(tuple(shape), part, batch, lower.dtype)
-        d = torch.zeros(batch, C.shape[1], dtype=lower.dtype)
+    size = flat_lower.shape[1]
+    for start in range(0, width, chunk):
+        neurons = order[:, start:start + chunk]  # (B, m)
+        valid = torch.gather(unstable, 1, neurons)
+        m = neurons.shape[1]
+        rows = torch.zeros(batch, 2 * m, size, dtype=lower.dtype)
+        rows.scatter_(2, neurons.unsqueeze(-1), 1.0)
+        rows[:, m:].scatter_(2, neurons.unsqueeze(-1), -1.0)
+        C = rows.reshape(batch, 2 * m, *lower.shape[1:])
+        d = torch.zeros(batch, 2 * m, dtype=lower.dtype)
         back = backsubstitute(plan, position, C, d, bounds, deltas)
         value, _ = concretize(plan, back, center, radius)
-        m = part.numel()
-        flat_lower[:, part] = torch.maximum(flat_lower[:, part], value[:, :m])
-        flat_upper[:, part] = torch.minimum(flat_upper[:, part], -value[:, m:])
+        new_lower = torch.maximum(torch.gather(flat_lower, 1, neurons), value[:, :m])
+        new_upper = torch.minimum(torch.gather(flat_upper, 1, neurons), -value[:, m:])
+        flat_lower.scatter_(1, neurons, torch.where(valid, new_lower, torch.gather(flat_lower, 1, neurons)))
+        flat_upper.scatter_(1, neurons, torch.where(valid, new_upper, torch.gather(flat_upper, 1, neurons)))
     return flat_lower.reshape(lower.shape), flat_upper.reshape(upper.shape)
 
 
@@ -227,14 +240,19 @@ def _sided_rows(C, d, sides):
 def _input_bounds(network: Network, input_set, dtype):
     if hasattr(input_set, "bounding_box") and not hasattr(input_set, "lower"):
         input_set = input_set.bounding_box()
+    if isinstance(input_set, str):
+        raise SpecError(f"compute_bounds needs a Box, an HPolytope or a (lower, upper) pair; got the string {input_set!r}")
     if hasattr(input_set, "lower") and hasattr(input_set, "upper"):
         lower, upper = input_set.lower, input_set.upper
     elif isinstance(input_set, (tuple, list)) and len(input_set) == 2:
         lower, upper = input_set
     else:
         raise SpecError(f"compute_bounds needs a Box, an HPolytope or a (lower, upper) pair; got {type(input_set).__name__}")
-    lower = torch.as_tensor(lower).to(dtype)
-    upper = torch.as_tensor(upper).to(dtype)
+    try:
+        lower = torch.as_tensor(lower).to(dtype)
+        upper = torch.as_tensor(upper).to(dtype)
+    except (TypeError, RuntimeError, ValueError) as exc:
+        raise SpecError(f"the input set's bounds are not numeric arrays ({type(input_set).__name__}): {exc}") from exc
     shape = network.input_shape
     if tuple(lower.shape) == shape:
         lower, upper = lower.unsqueeze(0), upper.unsqueeze(0)

@@ -23,7 +23,7 @@ import torch
 
 from assay.bounds._ops import AffineStage, Plan, ReluStage, rounding_factor
 from assay.bounds.ibp import magnitude, perturbation_radius
-from assay.bounds.relaxation import relax_relu
+from assay.bounds.relaxation import ReluRelaxation, relax_relu
 
 
 @dataclass(eq=False)
@@ -37,8 +37,9 @@ class Backward:
 
 
 def _dot(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Σ over the trailing dims of A (B, S, *shape) times v (B, *shape) → (B, S)."""
-    return (A * v.unsqueeze(1)).reshape(A.shape[0], A.shape[1], -1).sum(-1)
+    """Σ over the trailing dims of A (B or 1, S, *shape) times v (B, *shape) → (B, S)."""
+    flat_A = A.reshape(A.shape[0], A.shape[1], -1)
+    return flat_A.matmul(v.reshape(v.shape[0], -1, 1)).squeeze(-1)
 
 
 def backsubstitute(
@@ -50,6 +51,7 @@ def backsubstitute(
     deltas: dict[int, float] | None = None,
     slopes: dict[int, torch.Tensor] | None = None,
     betas: dict[int, torch.Tensor] | None = None,
+    relaxations: dict[int, ReluRelaxation] | None = None,
 ) -> Backward:
     """Lower linear bound of ``C · (input of stage target) + d`` in terms of the network input.
 
@@ -64,24 +66,26 @@ def backsubstitute(
             (values in [0, 1]); absent: CROWN's adaptive choice.
         betas: per ReLU position, signed split multipliers (B, S, *shape): +β on neurons split
             inactive (z ≤ 0), −β on neurons split active (z ≥ 0), 0 elsewhere.
+        relaxations: per ReLU position, the relaxation of ``bounds`` if already computed.
     """
     deltas = deltas or {}
     slopes = slopes or {}
     betas = betas or {}
+    relaxations = relaxations or {}
     A, b = C, d.clone()
-    A_abs, b_abs = C.abs(), d.abs()
+    # |A| is bounded by |C| times the absolute weights (ReLU slopes lie in [0, 1]), the same for
+    # every domain: track that bound once, with batch 1, unless split multipliers add to it.
+    A_abs, b_abs = C.abs().amax(0, keepdim=True), d.abs()
     for position in range(target - 1, -1, -1):
         stage = plan.stages[position]
         if isinstance(stage, ReluStage):
-            lower, upper = bounds[position]
-            relax = relax_relu(lower, upper)
+            relax = relaxations.get(position) or relax_relu(*bounds[position])
             lower_slope = relax.lower_slope.unsqueeze(1)
             if position in slopes:
                 lower_slope = torch.where(relax.unstable.unsqueeze(1), slopes[position], lower_slope)
-            A_pos, A_neg = A.clamp(min=0), A.clamp(max=0)
-            b = b + _dot(A_neg, relax.upper_intercept)
+            b = b + _dot(A.clamp(max=0), relax.upper_intercept)
             b_abs = b_abs + _dot(A_abs, relax.upper_intercept.abs())
-            A = A_pos * lower_slope + A_neg * relax.upper_slope.unsqueeze(1)
+            A = A * torch.where(A >= 0, lower_slope, relax.upper_slope.unsqueeze(1))
             if position in betas:
                 A = A + betas[position]
                 A_abs = A_abs + betas[position].abs()
@@ -111,18 +115,5 @@ def concretize(plan: Plan, back: Backward, center: torch.Tensor, radius: torch.T
     A = flat(back.A)
     value = (A * c).sum(-1) - (A.abs() * r).sum(-1) + back.b
     gamma = rounding_factor(plan, extra_terms=c.shape[-1])
-    margin = gamma * ((flat(back.A_abs) * (c.abs() + r)).sum(-1) + back.b_abs)
+    margin = gamma * (flat(back.A_abs).matmul((c.abs() + r).transpose(1, 2)).squeeze(-1) + back.b_abs)
     return value - margin, margin
-
-
-def identity_rows(shape: tuple[int, ...], neurons: torch.Tensor, batch: int, dtype) -> torch.Tensor:
-    """Rows selecting ``neurons`` (flat indices) then their negations: (batch, 2m, *shape)."""
-    size = 1
-    for dim in shape:
-        size *= dim
-    m = neurons.numel()
-    rows = torch.zeros(2 * m, size, dtype=dtype)
-    arange = torch.arange(m)
-    rows[arange, neurons] = 1.0
-    rows[m + arange, neurons] = -1.0
-    return rows.reshape(1, 2 * m, *shape).expand(batch, 2 * m, *shape)

@@ -56,10 +56,8 @@ def optimize_bounds(
     objective = objective or default_objective
     batch, rows = C.shape[:2]
     alphas: dict[int, torch.Tensor] = {}
-    for position in plan.relu_positions:
-        if position >= len(bounds) - 1:
-            continue
-        relax = relax_relu(*bounds[position])
+    relaxations = {p: relax_relu(*bounds[p]) for p in plan.relu_positions}
+    for position, relax in relaxations.items():
         if relax.unstable.any():
             init = relax.lower_slope.unsqueeze(1).expand(batch, rows, *relax.lower_slope.shape[1:])
             alphas[position] = init.clone().requires_grad_(True)
@@ -78,7 +76,7 @@ def optimize_bounds(
     def evaluate():
         signed = {p: betas[p].clamp(min=0) * split_signs[p].unsqueeze(1) for p in betas}
         slopes = {p: a.clamp(0.0, 1.0) for p, a in alphas.items()}
-        back = backsubstitute(plan, len(plan.stages), C, d, bounds, deltas, slopes, signed)
+        back = backsubstitute(plan, len(plan.stages), C, d, bounds, deltas, slopes, signed, relaxations)
         lower, margin = concretize(plan, back, center, radius)
         return back, lower, margin
 

@@ -1,0 +1,117 @@
+"""The public boundary of compute_bounds: inputs it accepts, errors it raises, plug-in objectives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from assay.bounds import AlphaCrownOptions, BetaCrownOptions, compute_bounds
+from assay.errors import AssayError, DataError, OptionError, SpecError
+from assay.nn import Linear, Network, ReLU
+
+from .strategies import forward_batched, sample_box
+
+
+@pytest.fixture
+def network():
+    torch.manual_seed(3)
+    return Network((Linear(torch.randn(6, 3), torch.randn(6)), ReLU(), Linear(torch.randn(2, 6), torch.randn(2))), (3,))
+
+
+def test_single_domain_gives_a_batch_of_one(network):
+    result = compute_bounds(network, (torch.zeros(3), torch.ones(3)))
+    assert result.lower.shape == (1, 2) and result.upper.shape == (1, 2)
+    assert (result.lower <= result.upper).all()
+    assert set(result.to_json()) >= {"method", "lower", "upper", "stats"}
+
+
+def test_spec_rows_bound_the_rows(network, rng):
+    lower, upper = -torch.ones(4, 3), torch.ones(4, 3)
+    C, d = torch.tensor([[1.0, -1.0]]), torch.tensor([0.5])
+    result = compute_bounds(network, (lower, upper), spec=(C, d), method="crown")
+    assert result.lower.shape == (4, 1)
+    y = forward_batched(network, sample_box(lower, upper, rng, 5000))
+    rows = y[..., 0] - y[..., 1] + 0.5
+    assert (rows >= result.lower[:, 0]).all() and (rows <= result.upper[:, 0]).all()
+
+
+def test_one_sided_bounds(network):
+    box = (-torch.ones(3), torch.ones(3))
+    lower_only = compute_bounds(network, box, sides="lower")
+    assert torch.isinf(lower_only.upper).all() and torch.isfinite(lower_only.lower).all()
+    both = compute_bounds(network, box)
+    assert torch.allclose(lower_only.lower, both.lower)
+
+
+def test_custom_objective_is_used_and_bounds_stay_sound(network, rng):
+    calls = []
+
+    def first_row_only(linear, lower):
+        calls.append(linear.lower_A.shape)
+        return lower[:, 0]
+
+    lower, upper = -torch.ones(2, 3), torch.ones(2, 3)
+    result = compute_bounds(network, (lower, upper), method="alpha", objective=first_row_only,
+                            options=AlphaCrownOptions(iterations=4), return_linear=True)
+    assert calls and calls[0] == (2, 2, 3)
+    y = forward_batched(network, sample_box(lower, upper, rng, 5000))
+    assert (y >= result.lower).all() and (y <= result.upper).all()
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        ({"method": "deeppoly"}, OptionError, "method"),
+        ({"dtype": "float16"}, DataError, "dtype"),
+        ({"sides": "left"}, OptionError, "sides"),
+        ({"method": "ibp", "return_linear": True}, OptionError, "return_linear"),
+        ({"method": "crown", "options": AlphaCrownOptions()}, OptionError, "options"),
+        ({"method": "alpha", "options": BetaCrownOptions()}, OptionError, "AlphaCrownOptions"),
+        ({"weight_perturbation": -0.1}, OptionError, "≥ 0"),
+        ({"weight_perturbation": [0.1]}, OptionError, "2 Linear/Conv2d"),
+        ({"weight_perturbation": {1: 0.1}}, OptionError, "layer 1"),
+        ({"splits": [torch.zeros(5)]}, OptionError, "shape"),
+        ({"splits": [torch.full((6,), 2)]}, OptionError, "-1"),
+        ({"spec": torch.ones(2, 7)}, SpecError, "spec"),
+        ({"method": "crown", "objective": lambda linear, lower: lower.sum(1)}, OptionError, "objective"),
+    ],
+)
+def test_bad_options_raise_clear_errors(network, kwargs, error, words):
+    with pytest.raises(error, match=words):
+        compute_bounds(network, (torch.zeros(3), torch.ones(3)), **kwargs)
+
+
+@pytest.mark.parametrize(
+    "box, error",
+    [
+        ((torch.zeros(4), torch.ones(4)), DataError),
+        ((torch.zeros(3), torch.tensor([1.0, float("nan"), 1.0])), DataError),
+        ((torch.ones(3), torch.zeros(3)), SpecError),
+        ("not a box", SpecError),
+    ],
+)
+def test_bad_input_sets_raise_clear_errors(network, box, error):
+    with pytest.raises(error):
+        compute_bounds(network, box)
+
+
+def test_option_values_are_checked_when_built():
+    with pytest.raises(OptionError, match="iterations"):
+        AlphaCrownOptions(iterations=-1)
+    with pytest.raises(OptionError, match="lr_beta"):
+        BetaCrownOptions(lr_beta=0)
+    assert issubclass(OptionError, AssayError)
+
+
+def test_contradictory_splits_give_an_empty_domain(network):
+    """A neuron that is positive on the whole box cannot be split to z ≤ 0: the domain is empty."""
+    box = (torch.zeros(3), torch.ones(3))
+    crown = compute_bounds(network, box)
+    always_on = (crown.intermediate.lower[0][0] > 0).nonzero().flatten()
+    if always_on.numel() == 0:
+        pytest.skip("no neuron is stable active on this box")
+    split = torch.zeros(6, dtype=torch.int64)
+    split[always_on[0]] = -1
+    result = compute_bounds(network, box, method="beta", splits=[split])
+    assert torch.isinf(result.lower).all() and result.stats["infeasible_domains"] == 1
