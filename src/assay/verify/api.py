@@ -1,0 +1,114 @@
+"""`verify`: decide whether a network satisfies a property, with a re-checked counterexample."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from assay._validate import check_choice, check_float, check_int
+from assay.errors import OptionError
+from assay.nn.network import Network
+from assay.verify.attack import search
+from assay.verify.input_split import SearchStats, input_split
+from assay.verify.problem import UnsafeQuery, from_required, from_unsafe
+from assay.verify.result import Counterexample, VerificationResult, VerificationStatus
+
+__all__ = ["verify", "verify_vnnlib"]
+
+
+def verify(
+    network: Network,
+    input_set,
+    spec=None,
+    *,
+    unsafe=None,
+    timeout: float = 300.0,
+    method: str = "crown",
+    dtype: str = "float64",
+    batch_size: int = 1024,
+    attack_restarts: int = 32,
+    rng: np.random.Generator | None = None,
+    progress=None,
+) -> VerificationResult:
+    """Decide "for every x in ``input_set``, f(x) lies in ``spec``" (or avoids ``unsafe``).
+
+    Args:
+        network: the network f.
+        input_set: a :class:`~assay.sets.Box` over the network's input.
+        spec: the required output region (an :class:`~assay.sets.OutputSpec` with one
+            conjunction, e.g. ``argmax_is(k, n)``); or
+        unsafe: the forbidden output region (an OutputSpec, e.g. a VNN-LIB query's
+            ``unsafe_outputs``). Give exactly one of the two.
+        timeout: seconds; when exceeded the status is TIMEOUT.
+        method: bound method for branch and bound (``"crown"`` or ``"alpha"``).
+        dtype: working dtype of the bounds (``"float64"`` default).
+        batch_size: boxes bounded per call.
+        attack_restarts: PGD restarts before branching (0 disables the attack).
+        rng: randomness of the attack (default: a fixed seed, so runs are repeatable).
+        progress: optional callable ``(fraction of the input volume decided, pending boxes)``.
+
+    Returns:
+        :class:`VerificationResult`. HOLDS follows from sound bounds over a partition of the
+        input set; VIOLATED carries an input whose float64 forward pass violates the property.
+    """
+    if (spec is None) == (unsafe is None):
+        raise OptionError("verify takes exactly one of spec=(required output region) or unsafe=(forbidden outputs)")
+    queries = from_required(network, input_set, spec) if spec is not None else from_unsafe(network, input_set, unsafe)
+    return _run(network, queries, timeout, method, dtype, batch_size, attack_restarts, rng, progress)
+
+
+def verify_vnnlib(network: Network, prop, **options) -> VerificationResult:
+    """Verify a :class:`~assay.sets.VnnlibProperty`: it holds iff every query is infeasible."""
+    queries: list[UnsafeQuery] = []
+    for index, query in enumerate(prop.queries):
+        queries += from_unsafe(network, query.input_set, query.unsafe_outputs, index)
+    return _run(network, queries, **_with_defaults(options))
+
+
+def _with_defaults(options: dict) -> dict:
+    defaults = dict(timeout=300.0, method="crown", dtype="float64", batch_size=1024, attack_restarts=32, rng=None,
+                    progress=None)
+    unknown = set(options) - set(defaults)
+    if unknown:
+        raise OptionError(f"unknown verify option(s) {sorted(unknown)}; known: {sorted(defaults)}")
+    defaults.update(options)
+    return defaults
+
+
+def _run(network, queries, timeout, method, dtype, batch_size, attack_restarts, rng, progress) -> VerificationResult:
+    check_float(timeout, "timeout", "verify", minimum=0.0, strict=True)
+    check_choice(method, "method", "verify", ("crown", "alpha", "ibp"))
+    check_int(batch_size, "batch_size", "verify", minimum=1)
+    check_int(attack_restarts, "attack_restarts", "verify", minimum=0)
+    rng = rng if rng is not None else np.random.default_rng(0)
+    started = time.monotonic()
+    deadline = started + timeout
+    stats = SearchStats()
+
+    def finish(status, found=None, query_index=0):
+        counterexample = None
+        if found is not None:
+            counterexample = Counterexample(found[0].reshape(network.input_shape), found[1], query_index)
+        return VerificationResult(status, counterexample, {
+            "domains": stats.domains, "bound_calls": stats.bound_calls, "max_pending": stats.max_pending,
+            "attacks": stats.attacks, "queries": len(queries), "seconds": time.monotonic() - started,
+        })
+
+    if attack_restarts:
+        for query in queries:
+            stats.attacks += 1
+            found = search(network, query, rng, restarts=attack_restarts)
+            if found is not None:
+                return finish(VerificationStatus.VIOLATED, found, query.index)
+    worst = VerificationStatus.HOLDS
+    for query in queries:
+        status, found = input_split(network, query, deadline, method=method, dtype=dtype, batch_size=batch_size,
+                                    stats=stats, progress=progress)
+        if status is VerificationStatus.VIOLATED:
+            return finish(status, found, query.index)
+        if status is VerificationStatus.TIMEOUT:
+            return finish(status)
+        if status is VerificationStatus.UNKNOWN:
+            worst = VerificationStatus.UNKNOWN
+    return finish(worst)

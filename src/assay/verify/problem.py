@@ -1,0 +1,98 @@
+"""Normalise what a caller asks into *unsafe conjunctions* over boxes.
+
+A verification problem is a list of :class:`UnsafeQuery`: an input box and a conjunction of
+closed half-spaces ``C·y + d ≥ 0`` on the outputs that must be unreachable. The property
+holds iff every query is infeasible. Each query also keeps the exact predicate that a
+concrete output must satisfy to count as a counterexample (the closure used for bounding can
+be larger than the true violation set when the property was given as a required region).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from assay.errors import SpecError
+from assay.nn.network import Network
+
+
+@dataclass(frozen=True, eq=False)
+class UnsafeQuery:
+    """``lower``/``upper``: (n_in,) float64 bounds of the input (flat); ``C`` (m, n_out), ``d`` (m,).
+
+    ``violates(y)`` maps outputs (N, n_out) to a bool tensor (N,): True where y truly violates.
+    ``index`` names the original query (VNN-LIB query number) for reports.
+    """
+
+    lower: torch.Tensor
+    upper: torch.Tensor
+    C: torch.Tensor
+    d: torch.Tensor
+    violates: Callable[[torch.Tensor], torch.Tensor]
+    index: int = 0
+
+
+def _box_bounds(network: Network, input_set) -> tuple[torch.Tensor, torch.Tensor]:
+    if hasattr(input_set, "bounding_box") and not hasattr(input_set, "lower"):
+        raise SpecError("verify needs a box input set; bound the polytope with its bounding_box() explicitly if intended")
+    lower = torch.as_tensor(input_set.lower, dtype=torch.float64).reshape(-1)
+    upper = torch.as_tensor(input_set.upper, dtype=torch.float64).reshape(-1)
+    if lower.numel() != network.input_size:
+        raise SpecError(
+            f"the input set has {lower.numel()} values, but {network.source} takes {network.input_size} inputs "
+            f"(shape {network.input_shape})"
+        )
+    return lower, upper
+
+
+def _closed_contains(C: torch.Tensor, d: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    def contains(y: torch.Tensor) -> torch.Tensor:
+        return ((y.reshape(y.shape[0], -1).to(torch.float64) @ C.T + d) >= 0).all(1)
+
+    return contains
+
+
+def from_unsafe(network: Network, input_set, unsafe, index: int = 0) -> list[UnsafeQuery]:
+    """Queries for "no x in input_set has f(x) in ``unsafe``" (an OutputSpec: OR of conjunctions)."""
+    lower, upper = _box_bounds(network, input_set)
+    queries = []
+    for conjunction in unsafe.conjunctions:
+        C = torch.as_tensor(conjunction.C, dtype=torch.float64)
+        d = torch.as_tensor(conjunction.d, dtype=torch.float64)
+        _check_outputs(network, C)
+        queries.append(UnsafeQuery(lower, upper, C, d, _closed_contains(C, d), index))
+    return queries
+
+
+def from_required(network: Network, input_set, spec) -> list[UnsafeQuery]:
+    """Queries for "every x in input_set has f(x) in ``spec``" (an OutputSpec that must hold).
+
+    The violation set is the complement of ``spec``; for bounding we use the closure of each
+    violated row (−(C_i y + d_i) ≥ 0), and a point counts as a counterexample only if it
+    lies strictly outside ``spec``.
+    """
+    lower, upper = _box_bounds(network, input_set)
+    if len(spec.conjunctions) != 1:
+        raise SpecError(
+            "verify(spec=...) takes a required region that is one conjunction of half-spaces; for a disjunction, "
+            "pass its complement as unsafe=... instead"
+        )
+    conjunction = spec.conjunctions[0]
+    C = torch.as_tensor(conjunction.C, dtype=torch.float64)
+    d = torch.as_tensor(conjunction.d, dtype=torch.float64)
+    _check_outputs(network, C)
+
+    def outside(y: torch.Tensor) -> torch.Tensor:
+        return ((y.reshape(y.shape[0], -1).to(torch.float64) @ C.T + d) < 0).any(1)
+
+    # One unsafe query per violated row: a disjunction of single closed half-spaces.
+    return [UnsafeQuery(lower, upper, -C[i:i + 1], -d[i:i + 1], outside, 0) for i in range(C.shape[0])]
+
+
+def _check_outputs(network: Network, C: torch.Tensor):
+    if C.shape[1] != network.output_size:
+        raise SpecError(
+            f"the property constrains {C.shape[1]} outputs, but {network.source} has {network.output_size}"
+        )

@@ -1,0 +1,57 @@
+"""Values returned by the verifier."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["VerificationStatus", "Counterexample", "VerificationResult"]
+
+
+class VerificationStatus(str, enum.Enum):
+    """The verdict. VIOLATED always carries a counterexample re-checked by a plain forward pass."""
+
+    HOLDS = "holds"
+    VIOLATED = "violated"
+    UNKNOWN = "unknown"
+    TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True, eq=False)
+class Counterexample:
+    """An input in the input set whose float64 forward-pass output violates the property."""
+
+    input: torch.Tensor
+    output: torch.Tensor
+    query: int = 0
+
+    def to_json(self) -> dict:
+        return {"input": self.input.reshape(-1).tolist(), "output": self.output.reshape(-1).tolist(), "query": self.query}
+
+
+@dataclass(frozen=True, eq=False)
+class VerificationResult:
+    """Verdict, evidence and statistics of one verification run.
+
+    Attributes:
+        status: holds / violated / unknown / timeout.
+        counterexample: for VIOLATED, the re-checked input and output; else None.
+        stats: domains explored, bound calls, attack restarts, seconds, ...
+    """
+
+    status: VerificationStatus
+    counterexample: Counterexample | None = None
+    stats: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if (self.status is VerificationStatus.VIOLATED) != (self.counterexample is not None):
+            raise ValueError("a VIOLATED result needs a counterexample, and only a VIOLATED result may carry one")
+
+    def to_json(self) -> dict:
+        return {
+            "status": self.status.value,
+            "counterexample": None if self.counterexample is None else self.counterexample.to_json(),
+            "stats": dict(self.stats),
+        }

@@ -1,0 +1,109 @@
+"""Verifier verdicts: cross-checked with Marabou, falsified by sampling, counterexamples re-checked."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from assay.errors import OptionError, SpecError
+from assay.nn import Linear, Network, ReLU
+from assay.verify import VerificationStatus, verify
+from assay.verify.marabou import float32_rounded, solve_network
+
+
+def random_network(seed: int, widths=(3, 10, 10, 2)) -> Network:
+    rng = np.random.default_rng(seed)
+    layers = []
+    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+        layers.append(Linear(torch.as_tensor(rng.normal(0, 1 / np.sqrt(a), (b, a))), torch.as_tensor(rng.normal(0, 0.1, b))))
+        if i < len(widths) - 2:
+            layers.append(ReLU())
+    # Marabou reads float32 ONNX weights: verify exactly that network.
+    return float32_rounded(Network(tuple(layers), (widths[0],)))
+
+
+def unsafe_region(C, d):
+    return SimpleNamespace(conjunctions=(SimpleNamespace(C=torch.as_tensor(C, dtype=torch.float64),
+                                                         d=torch.as_tensor(d, dtype=torch.float64)),))
+
+
+def box(n, radius=1.0):
+    return SimpleNamespace(lower=-radius * torch.ones(n, dtype=torch.float64), upper=radius * torch.ones(n, dtype=torch.float64))
+
+
+def sampled_max(network, n, C, samples=200_000, seed=0):
+    x = torch.as_tensor(np.random.default_rng(seed).uniform(-1, 1, (samples, n)))
+    return (network.forward(x) @ torch.as_tensor(C, dtype=torch.float64).T).amin(1).max().item()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_verdicts_agree_with_marabou(seed):
+    pytest.importorskip("maraboupy")
+    network = random_network(seed)
+    C = np.array([[1.0, -1.0]])
+    # Thresholds just above and below the sampled maximum: both verdicts get exercised.
+    offset = 0.05 if seed % 2 else -0.05
+    threshold = sampled_max(network, 3, C) + offset
+    d = np.array([-threshold])
+    ours = verify(network, box(3), unsafe=unsafe_region(C, d), timeout=60)
+    theirs, _, point = solve_network(network, -np.ones(3), np.ones(3), C, d, timeout=60)
+    assert ours.status in (VerificationStatus.HOLDS, VerificationStatus.VIOLATED), ours
+    assert theirs in ("sat", "unsat"), theirs
+    assert (ours.status is VerificationStatus.VIOLATED) == (theirs == "sat")
+    if ours.status is VerificationStatus.VIOLATED:
+        x = ours.counterexample.input
+        assert ((x >= -1) & (x <= 1)).all()
+        y = network.forward(x.reshape(1, 3))
+        assert (y @ torch.as_tensor(C).T + torch.as_tensor(d) >= 0).all()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_holds_is_never_contradicted_by_sampling_or_attack(seed):
+    network = random_network(100 + seed, widths=(2, 12, 12, 3))
+    C = np.array([[1.0, -1.0, 0.0], [1.0, 0.0, -1.0]])
+    threshold = sampled_max(network, 2, C, seed=seed) + 0.02
+    result = verify(network, box(2), unsafe=unsafe_region(C, [-threshold, -threshold]), timeout=60)
+    x = torch.as_tensor(np.random.default_rng(seed).uniform(-1, 1, (400_000, 2)))
+    values = (network.forward(x) @ torch.as_tensor(C).T).amin(1) - threshold
+    if result.status is VerificationStatus.HOLDS:
+        assert (values < 0).all()
+    else:
+        assert result.status is VerificationStatus.VIOLATED
+        assert (network.forward(result.counterexample.input.reshape(1, 2)) @ torch.as_tensor(C).T - threshold >= 0).all()
+
+
+def test_required_spec_polarity():
+    """spec= is what must hold; unsafe= is what must not happen. The two are not confused."""
+    network = random_network(7, widths=(2, 8, 2))
+    x = torch.as_tensor(np.random.default_rng(1).uniform(-1, 1, (100_000, 2)))
+    y = network.forward(x)
+    always_bigger = (y[:, 0] - y[:, 1]).min().item() - 1.0  # y0 - y1 ≥ this holds with margin 1
+    spec = SimpleNamespace(conjunctions=(SimpleNamespace(C=torch.tensor([[1.0, -1.0]], dtype=torch.float64),
+                                                         d=torch.tensor([-always_bigger], dtype=torch.float64)),))
+    assert verify(network, box(2), spec=spec, timeout=30).status is VerificationStatus.HOLDS
+    assert verify(network, box(2), unsafe=spec, timeout=30).status is VerificationStatus.VIOLATED
+
+
+def test_timeout_is_reported_as_timeout():
+    network = random_network(0, widths=(3, 20, 20, 2))
+    C = np.array([[1.0, -1.0]])
+    # Exactly at the sampled maximum: hard to decide quickly.
+    threshold = sampled_max(network, 3, C) + 1e-3
+    result = verify(network, box(3), unsafe=unsafe_region(C, [-threshold]), timeout=0.5, attack_restarts=0)
+    assert result.status in (VerificationStatus.TIMEOUT, VerificationStatus.HOLDS, VerificationStatus.VIOLATED)
+    assert result.stats["seconds"] < 5
+
+
+def test_bad_requests_raise_clear_errors():
+    network = random_network(0)
+    with pytest.raises(OptionError, match="exactly one"):
+        verify(network, box(3))
+    with pytest.raises(SpecError, match="3 inputs"):
+        verify(network, box(4), unsafe=unsafe_region([[1.0, -1.0]], [0.0]))
+    with pytest.raises(SpecError, match="2"):
+        verify(network, box(3), unsafe=unsafe_region([[1.0, -1.0, 0.0]], [0.0]))
+    with pytest.raises(OptionError, match="timeout"):
+        verify(network, box(3), unsafe=unsafe_region([[1.0, -1.0]], [0.0]), timeout=0)
