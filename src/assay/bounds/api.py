@@ -32,6 +32,7 @@ def compute_bounds(
     sides: str = "both",
     splits: Sequence[torch.Tensor] | None = None,
     intermediate: IntermediateBounds | None = None,
+    refine_intermediate: bool = True,
     weight_perturbation=None,
     options: AlphaCrownOptions | BetaCrownOptions | None = None,
     objective: Objective | None = None,
@@ -57,7 +58,10 @@ def compute_bounds(
             a domain whose splits contradict its bounds is empty and gets lower = +inf,
             upper = −inf. Every method honours splits; ``"beta"`` also optimises multipliers.
         intermediate: pre-activation bounds from an earlier call on a superset of each domain
-            (e.g. the parent in branch and bound); they are reused instead of recomputed.
+            (e.g. the parent in branch and bound). They are intersected with this call's bounds.
+        refine_intermediate: with ``intermediate``: True (default) recomputes CROWN bounds for
+            the neurons that are still unstable (cheap when few are); False uses them as they
+            are (the fastest choice when only the split constraints changed).
         weight_perturbation: δ ≥ 0: every weight and bias of every Linear/Conv2d layer may
             move by up to δ (ℓ∞); or a sequence with one δ per Linear/Conv2d layer, in order;
             or a dict ``{layer index: δ}``. Bounds then hold for every such network.
@@ -112,7 +116,7 @@ def compute_bounds(
         bounds = interval_pass(plan, lower, upper, deltas, clamp)
         center, radius = center_radius(lower, upper)
         stats = {"domains": batch, "rows": C.shape[1], "method": method}
-        if method != "ibp" and intermediate is None:
+        if method != "ibp" and (intermediate is None or refine_intermediate):
             for position in plan.relu_positions:
                 tightened = _crown_layer_bounds(plan, position, bounds, deltas, center, radius)
                 known[position] = tightened

@@ -1,6 +1,6 @@
 """Counterexample search: projected gradient ascent with restarts, and random sampling.
 
-Searches maximise ``margin(x) = min_i (C f(x) + d)_i`` over boxes; a point with margin ≥ 0 is
+Searches maximise the margin ``max_g min_{i in g} (C f(x) + d)_i`` over boxes; a point with margin ≥ 0 is
 a candidate, reported only after :func:`confirm` re-checks it with a float64 forward pass.
 """
 
@@ -13,10 +13,10 @@ from assay.nn.network import Network
 from assay.verify.problem import UnsafeQuery
 
 
-def margins(network: Network, x: torch.Tensor, C: torch.Tensor, d: torch.Tensor, dtype=torch.float64) -> torch.Tensor:
-    """min over rows of C f(x) + d for a batch x (N, n_in flat): shape (N,)."""
-    y = network.forward(x.reshape(x.shape[0], *network.input_shape).to(dtype), dtype=dtype).reshape(x.shape[0], -1)
-    return (y @ C.to(y.dtype).T + d.to(y.dtype)).amin(1)
+def margins(network: Network, x: torch.Tensor, query: UnsafeQuery) -> torch.Tensor:
+    """The query's group margin of f(x) for a batch x (N, n_in flat): shape (N,), ≥ 0 when unsafe."""
+    y = network.forward(x.reshape(x.shape[0], *network.input_shape)).reshape(x.shape[0], -1)
+    return query.group_margin(y @ query.C.T + query.d)
 
 
 def confirm(network: Network, query: UnsafeQuery, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -37,8 +37,7 @@ def confirm(network: Network, query: UnsafeQuery, x: torch.Tensor) -> tuple[torc
 
 def pgd(
     network: Network,
-    C: torch.Tensor,
-    d: torch.Tensor,
+    query: UnsafeQuery,
     lower: torch.Tensor,
     upper: torch.Tensor,
     starts: torch.Tensor,
@@ -51,14 +50,14 @@ def pgd(
     """
     model = _float32_model(network)
     lo, hi = lower.to(torch.float32), upper.to(torch.float32)
-    C32, d32 = C.to(torch.float32), d.to(torch.float32)
+    C32, d32 = query.C.to(torch.float32), query.d.to(torch.float32)
     width = (hi - lo).clamp(min=1e-12)
     x = starts.to(torch.float32).clone().clamp(lo, hi).requires_grad_(True)
     best_x = x.detach().clone()
     best = torch.full((x.shape[0],), -torch.inf)
     for step in range(steps):
         y = model(x.reshape(x.shape[0], *network.input_shape)).reshape(x.shape[0], -1)
-        value = (y @ C32.T + d32).amin(1)
+        value = query.group_margin(y @ C32.T + d32)
         with torch.no_grad():
             better = value > best
             best = torch.where(better, value, best)
@@ -86,13 +85,13 @@ def search(
     found = confirm(network, query, points)
     if found is not None:
         return found
-    values = margins(network, points, query.C, query.d)
+    values = margins(network, points, query)
     best = points[values.argsort(descending=True)[: restarts // 2]]
     center = ((query.lower + query.upper) / 2).unsqueeze(0)
     starts = torch.cat([center, best, points[: restarts - best.shape[0] - 1]])
     boxes_lo = query.lower.expand_as(starts)
     boxes_hi = query.upper.expand_as(starts)
-    x, _ = pgd(network, query.C, query.d, boxes_lo, boxes_hi, starts, steps)
+    x, _ = pgd(network, query, boxes_lo, boxes_hi, starts, steps)
     return confirm(network, query, x)
 
 

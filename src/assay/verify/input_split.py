@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from assay.bounds import compute_bounds
+from assay.bounds import IntermediateBounds, compute_bounds
 from assay.nn.network import Network
 from assay.verify.attack import confirm, pgd
 from assay.verify.problem import UnsafeQuery
@@ -50,28 +50,35 @@ def input_split(
     """Decide one unsafe query by input splitting. Returns (status, (x, y) for VIOLATED)."""
     shape = network.input_shape
     full_width = (query.upper - query.lower).clamp(min=1e-30)
-    pending_lower = [query.lower.unsqueeze(0)]
-    pending_upper = [query.upper.unsqueeze(0)]
+    # Pending boxes, in chunks: (lower (N, n), upper (N, n), the parents' intermediate bounds or None).
+    chunks: list[tuple[torch.Tensor, torch.Tensor, IntermediateBounds | None]] = [
+        (query.lower.unsqueeze(0), query.upper.unsqueeze(0), None)
+    ]
     pending = 1
     done_volume = 0.0
     while pending:
         if time.monotonic() > deadline:
             return VerificationStatus.TIMEOUT, None
-        lower, upper, pending_lower, pending_upper = _take(pending_lower, pending_upper, batch_size)
+        lower, upper, parents = _take(chunks, batch_size)
         pending -= lower.shape[0]
+        # A child box lies inside its parent, so the parent's pre-activation bounds hold on it:
+        # starting from them leaves few unstable ReLUs to bound again.
         result = compute_bounds(
             network, (lower.reshape(-1, *shape), upper.reshape(-1, *shape)), spec=(query.C, query.d),
-            method=method, dtype=dtype, sides="upper", return_linear=True,
+            method=method, dtype=dtype, sides="upper", return_linear=True, intermediate=parents,
         )
         stats.bound_calls += 1
         stats.domains += lower.shape[0]
         row_upper = result.upper  # (B, m): upper bounds of each unsafe row
-        best_row = row_upper.argmin(1)
-        safe = row_upper.gather(1, best_row.unsqueeze(1)).squeeze(1) < 0
+        best_row = _row_to_refine(row_upper, query.groups)
+        # A conjunction is unreachable on a box when one of its rows is negative all over it.
+        group_upper = torch.stack([row_upper[:, query.groups == g].amin(1) for g in range(query.num_groups)], 1)
+        safe = (group_upper < 0).all(1)
         done_volume += float(((upper[safe] - lower[safe]) / full_width).prod(1).sum())
         open_ = ~safe
         if open_.any():
             lower, upper = lower[open_], upper[open_]
+            inherited = result.intermediate.select(open_) if result.intermediate is not None else None
             rows = best_row[open_]
             # Linear upper bound of each open box's most promising row: y_r ≤ A·x + b.
             A = result.linear.upper_A[open_].reshape(lower.shape[0], -1, lower.shape[1])
@@ -80,7 +87,7 @@ def input_split(
             center = (lower + upper) / 2
             found = confirm(network, query, torch.cat([corner, center]))
             if found is None and stats.bound_calls % 8 == 1:
-                found = _attack_worst(network, query, lower, upper, row_upper[open_], stats)
+                found = _attack_worst(network, query, lower, upper, group_upper[open_], stats)
             if found is not None:
                 return VerificationStatus.VIOLATED, found
             width = upper - lower
@@ -94,8 +101,7 @@ def input_split(
             left_upper[arange, dim] = middle
             right_lower = lower.clone()
             right_lower[arange, dim] = middle
-            pending_lower += [lower, right_lower]
-            pending_upper += [left_upper, upper]
+            chunks += [(lower, left_upper, inherited), (right_lower, upper, inherited)]
             pending += 2 * lower.shape[0]
         stats.max_pending = max(stats.max_pending, pending)
         if progress is not None:
@@ -103,26 +109,64 @@ def input_split(
     return VerificationStatus.HOLDS, None
 
 
-def _take(lowers: list[torch.Tensor], uppers: list[torch.Tensor], count: int):
-    """Pop up to ``count`` boxes from the end of the pending stacks (depth first)."""
-    taken_l, taken_u, have = [], [], 0
-    while lowers and have < count:
-        l, u = lowers.pop(), uppers.pop()
+def _take(chunks: list, count: int):
+    """Pop up to ``count`` boxes from the end of the pending chunks (depth first)."""
+    lowers, uppers, parents, have = [], [], [], 0
+    while chunks and have < count:
+        lower, upper, inter = chunks.pop()
         need = count - have
-        if l.shape[0] > need:
-            lowers.append(l[:-need])
-            uppers.append(u[:-need])
-            l, u = l[-need:], u[-need:]
-        taken_l.append(l)
-        taken_u.append(u)
-        have += l.shape[0]
-    return torch.cat(taken_l), torch.cat(taken_u), lowers, uppers
+        if lower.shape[0] > need:
+            keep = slice(0, lower.shape[0] - need)
+            chunks.append((lower[keep], upper[keep], inter.select(keep) if inter is not None else None))
+            take = slice(lower.shape[0] - need, lower.shape[0])
+            lower, upper, inter = lower[take], upper[take], inter.select(take) if inter is not None else None
+        lowers.append(lower)
+        uppers.append(upper)
+        parents.append(inter)
+        have += lower.shape[0]
+    if any(p is None for p in parents):
+        merged = None if all(p is None for p in parents) else _fill_missing(parents, lowers)
+    else:
+        merged = IntermediateBounds(
+            tuple(torch.cat([p.lower[k] for p in parents]) for k in range(len(parents[0].lower))),
+            tuple(torch.cat([p.upper[k] for p in parents]) for k in range(len(parents[0].upper))),
+        )
+    return torch.cat(lowers), torch.cat(uppers), merged
 
 
-def _attack_worst(network, query, lower, upper, row_upper, stats, count: int = 16):
+def _fill_missing(parents, lowers):
+    """Unknown parent bounds become (−inf, +inf), which intersect to nothing."""
+    template = next(p for p in parents if p is not None)
+    filled = []
+    for p, lower in zip(parents, lowers):
+        if p is None:
+            n = lower.shape[0]
+            p = IntermediateBounds(
+                tuple(torch.full((n, *t.shape[1:]), -torch.inf, dtype=t.dtype) for t in template.lower),
+                tuple(torch.full((n, *t.shape[1:]), torch.inf, dtype=t.dtype) for t in template.upper),
+            )
+        filled.append(p)
+    return IntermediateBounds(
+        tuple(torch.cat([p.lower[k] for p in filled]) for k in range(len(template.lower))),
+        tuple(torch.cat([p.upper[k] for p in filled]) for k in range(len(template.upper))),
+    )
+
+
+def _row_to_refine(row_upper: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """Per box: in the conjunction hardest to refute (largest min-row upper bound), its lowest row."""
+    masked = []
+    for g in range(int(groups.max()) + 1):
+        in_group = groups == g
+        masked.append(torch.where(in_group, row_upper, torch.inf))
+    per_group = torch.stack(masked, 1)  # (B, G, m)
+    hardest = per_group.amin(2).masked_fill(per_group.amin(2) < 0, -torch.inf).argmax(1)
+    return per_group[torch.arange(row_upper.shape[0]), hardest].argmin(1)
+
+
+def _attack_worst(network, query, lower, upper, group_upper, stats, count: int = 16):
     """PGD inside the open boxes whose bounds are least negative (most likely to hide a violation)."""
     stats.attacks += 1
-    order = row_upper.amin(1).argsort(descending=True)[:count]
+    order = group_upper.amax(1).argsort(descending=True)[:count]
     lo, hi = lower[order], upper[order]
-    x, _ = pgd(network, query.C, query.d, lo, hi, (lo + hi) / 2, steps=20)
+    x, _ = pgd(network, query, lo, hi, (lo + hi) / 2, steps=20)
     return confirm(network, query, x)

@@ -1,8 +1,9 @@
 """Normalise what a caller asks into *unsafe conjunctions* over boxes.
 
-A verification problem is a list of :class:`UnsafeQuery`: an input box and a conjunction of
-closed half-spaces ``C·y + d ≥ 0`` on the outputs that must be unreachable. The property
-holds iff every query is infeasible. Each query also keeps the exact predicate that a
+A verification problem is a list of :class:`UnsafeQuery`: an input box and a disjunction of
+conjunctions of closed half-spaces ``C·y + d ≥ 0`` on the outputs that must be unreachable
+(rows carry the number of their conjunction in ``groups``). The property holds iff every
+query is infeasible. Each query also keeps the exact predicate that a
 concrete output must satisfy to count as a counterexample (the closure used for bounding can
 be larger than the true violation set when the property was given as a required region).
 """
@@ -20,7 +21,9 @@ from assay.nn.network import Network
 
 @dataclass(frozen=True, eq=False)
 class UnsafeQuery:
-    """``lower``/``upper``: (n_in,) float64 bounds of the input (flat); ``C`` (m, n_out), ``d`` (m,).
+    """``lower``/``upper``: (n_in,) float64 bounds of the input (flat); ``C`` (m, n_out), ``d`` (m,);
+    ``groups`` (m,): the conjunction each row belongs to (0 … G−1). The unsafe set is
+    ∪_g {y : C_i·y + d_i ≥ 0 for every row i of group g}.
 
     ``violates(y)`` maps outputs (N, n_out) to a bool tensor (N,): True where y truly violates.
     ``index`` names the original query (VNN-LIB query number) for reports.
@@ -30,8 +33,18 @@ class UnsafeQuery:
     upper: torch.Tensor
     C: torch.Tensor
     d: torch.Tensor
+    groups: torch.Tensor
     violates: Callable[[torch.Tensor], torch.Tensor]
     index: int = 0
+
+    @property
+    def num_groups(self) -> int:
+        return int(self.groups.max()) + 1
+
+    def group_margin(self, values: torch.Tensor) -> torch.Tensor:
+        """max over groups of min over the group's rows: (N, m) → (N,). ≥ 0 iff in the unsafe set."""
+        per_group = [values[:, self.groups == g].amin(1) for g in range(self.num_groups)]
+        return torch.stack(per_group, 1).amax(1)
 
 
 def _box_bounds(network: Network, input_set) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,23 +60,23 @@ def _box_bounds(network: Network, input_set) -> tuple[torch.Tensor, torch.Tensor
     return lower, upper
 
 
-def _closed_contains(C: torch.Tensor, d: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
-    def contains(y: torch.Tensor) -> torch.Tensor:
-        return ((y.reshape(y.shape[0], -1).to(torch.float64) @ C.T + d) >= 0).all(1)
-
-    return contains
-
-
 def from_unsafe(network: Network, input_set, unsafe, index: int = 0) -> list[UnsafeQuery]:
-    """Queries for "no x in input_set has f(x) in ``unsafe``" (an OutputSpec: OR of conjunctions)."""
+    """The query "no x in input_set has f(x) in ``unsafe``" (an OutputSpec: OR of conjunctions)."""
     lower, upper = _box_bounds(network, input_set)
-    queries = []
-    for conjunction in unsafe.conjunctions:
+    rows, offsets, groups = [], [], []
+    for number, conjunction in enumerate(unsafe.conjunctions):
         C = torch.as_tensor(conjunction.C, dtype=torch.float64)
-        d = torch.as_tensor(conjunction.d, dtype=torch.float64)
         _check_outputs(network, C)
-        queries.append(UnsafeQuery(lower, upper, C, d, _closed_contains(C, d), index))
-    return queries
+        rows.append(C)
+        offsets.append(torch.as_tensor(conjunction.d, dtype=torch.float64).reshape(-1))
+        groups.append(torch.full((C.shape[0],), number, dtype=torch.long))
+    C, d, groups = torch.cat(rows), torch.cat(offsets), torch.cat(groups)
+
+    def violates(y: torch.Tensor) -> torch.Tensor:
+        values = y.reshape(y.shape[0], -1).to(torch.float64) @ C.T + d
+        return torch.stack([(values[:, groups == g] >= 0).all(1) for g in range(int(groups.max()) + 1)], 1).any(1)
+
+    return [UnsafeQuery(lower, upper, C, d, groups, violates, index)]
 
 
 def from_required(network: Network, input_set, spec) -> list[UnsafeQuery]:
@@ -87,8 +100,8 @@ def from_required(network: Network, input_set, spec) -> list[UnsafeQuery]:
     def outside(y: torch.Tensor) -> torch.Tensor:
         return ((y.reshape(y.shape[0], -1).to(torch.float64) @ C.T + d) < 0).any(1)
 
-    # One unsafe query per violated row: a disjunction of single closed half-spaces.
-    return [UnsafeQuery(lower, upper, -C[i:i + 1], -d[i:i + 1], outside, 0) for i in range(C.shape[0])]
+    # The violation set: a disjunction of single closed half-spaces, one per violated row.
+    return [UnsafeQuery(lower, upper, -C, -d, torch.arange(C.shape[0]), outside, 0)]
 
 
 def _check_outputs(network: Network, C: torch.Tensor):
