@@ -1,0 +1,404 @@
+"""Read an ONNX model into a :class:`~assay.nn.Network`.
+
+Contract:
+
+* The graph must be a chain: one graph input that is not an initializer, one graph output, and
+  every node reads the output of the previous computing node plus constants (initializers or
+  ``Constant`` nodes). Branches and skip connections raise :class:`ModelLoadError`.
+* Supported operators (:data:`SUPPORTED_OPERATORS`): ``Gemm`` (``transA=0``, any ``alpha``,
+  ``beta``, ``transB``), ``MatMul`` with a constant matrix (either side for a batch-less vector
+  input, else on the right), ``Add``/``Sub``/``Mul``/``Div`` with a constant (a bias, or input
+  normalisation; ``Div`` only by a constant), ``Conv`` (2-D, symmetric ``pads``, ``auto_pad``
+  NOTSET or VALID, any ``strides``, ``dilations``, ``group``), ``Relu``, ``AveragePool``
+  (``count_include_pad=1`` or no padding), ``Flatten`` (``axis=1``), ``Reshape`` when it is a
+  flatten to ``(batch, -1)``, ``BatchNormalization`` (inference), ``Identity``, ``Dropout``
+  (inference: ignored), ``Constant``. Any other operator raises
+  :class:`UnsupportedOperatorError` naming the operator, the node and the file.
+* Elementwise affine maps (``Sub``, ``Div``, ``Mul``, ``Add``, ``BatchNormalization``) are folded
+  into the neighbouring ``Linear``/``Conv2d`` (see :mod:`assay.nn._build`); the result is exact in
+  real arithmetic, computed in float64.
+* Batch dimension: the first dimension of a graph input of rank >= 2 is the batch dimension
+  (symbolic, 0/unknown or 1); a rank-1 input (e.g. ``X: [4]`` with ``MatMul(W, X)``) has none.
+  ``Network.input_shape`` never includes it.
+* Row-wise models: when the input has rank >= 3 and the graph only uses ``MatMul`` (constant on
+  the right) and elementwise ``Add``/``Sub``/``Mul``/``Div``/``Relu`` (plus ``Identity``,
+  ``Dropout``, ``Constant``), every dimension but the last passes through untouched, so all of
+  them are treated as batch dimensions: ``model_auto_park*.onnx`` declares ``[batch_size, 2, 2]``
+  and maps each row of 2 values to 4, so it loads as a 2 -> 20 -> 4 network with
+  ``input_shape == (2,)``. Evaluate it on ``x.reshape(-1, 2)`` and reshape the output back.
+* ``input_shape`` (optional) fills in symbolic non-batch dimensions, and otherwise must match
+  the graph.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from assay.errors import AssayError, ModelLoadError, UnsupportedOperatorError
+from assay.nn._build import LayerBuilder
+from assay.nn.network import Network
+
+__all__ = ["SUPPORTED_OPERATORS", "load_onnx"]
+
+SUPPORTED_OPERATORS = (
+    "Add", "AveragePool", "BatchNormalization", "Constant", "Conv", "Div", "Dropout", "Flatten",
+    "Gemm", "Identity", "MatMul", "Mul", "Relu", "Reshape", "Sub",
+)
+_ROW_WISE = {"MatMul", "Add", "Sub", "Mul", "Div", "Relu", "Identity", "Dropout", "Constant"}
+_FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
+
+
+def load_onnx(source, input_shape=None) -> Network:
+    """Load ``source`` (a path or an ``onnx.ModelProto``); see the module docstring for the contract."""
+    import onnx
+
+    model, name = _read(source)
+    try:
+        onnx.checker.check_model(model)
+    except Exception as exc:  # onnx raises ValidationError and, for odd protos, other errors
+        raise ModelLoadError(f"{name} is not a valid ONNX model ({exc}); re-export it from its framework") from exc
+    return _Converter(model, name).run(input_shape)
+
+
+def _read(source):
+    import onnx
+
+    if isinstance(source, onnx.ModelProto):
+        return source, "<onnx.ModelProto>"
+    path = Path(source)
+    if not path.is_file():
+        raise ModelLoadError(f"{path}: no such file; check the path (the current directory is {Path.cwd()})")
+    try:
+        return onnx.load(str(path)), str(path)
+    except Exception as exc:
+        raise ModelLoadError(f"{path} could not be parsed as an ONNX model ({type(exc).__name__}: {exc}); "
+                             "is it really an .onnx file, and complete?") from exc
+
+
+def _attributes(node) -> dict:
+    from onnx import helper
+
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+class _Converter:
+    """One pass over a checked model's graph."""
+
+    def __init__(self, model, name: str):
+        from onnx import numpy_helper
+
+        self.graph, self.name = model.graph, name
+        try:
+            self.constants = {i.name: numpy_helper.to_array(i) for i in self.graph.initializer}
+        except Exception as exc:
+            raise ModelLoadError(f"{name}: an initializer could not be read ({exc})") from exc
+
+    # ------------------------------------------------------------------ graph interface
+    def run(self, input_shape) -> Network:
+        graph = self.graph
+        inputs = [i for i in graph.input if i.name not in self.constants]
+        if len(inputs) != 1:
+            raise ModelLoadError(
+                f"{self.name}: the graph has {len(inputs)} inputs that are not initializers "
+                f"({[i.name for i in inputs]}); assay loads single-input networks — export the model with one input"
+            )
+        if len(graph.output) != 1:
+            raise ModelLoadError(
+                f"{self.name}: the graph has {len(graph.output)} outputs ({[o.name for o in graph.output]}); "
+                "assay loads single-output networks — export only the output to analyse"
+            )
+        graph_input = inputs[0]
+        tensor_type = graph_input.type.tensor_type
+        if tensor_type.elem_type not in _FLOAT_TYPES:
+            raise ModelLoadError(f"{self.name}: input '{graph_input.name}' is not a floating-point tensor")
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tensor_type.shape.dim]
+        self.batch_dim = None
+        if not dims:
+            raise ModelLoadError(f"{self.name}: input '{graph_input.name}' has no shape; re-export it with a shape")
+        if len(dims) == 1:
+            self.lead, shape = 0, dims
+        elif len(dims) >= 3 and self._row_wise():
+            self.lead, shape = len(dims) - 1, dims[-1:]
+        else:
+            self.lead, shape, self.batch_dim = 1, dims[1:], dims[0]
+        shape = self._resolve_shape(graph_input.name, shape, input_shape)
+
+        self.builder = LayerBuilder(shape)
+        self.current = graph_input.name
+        for index, node in enumerate(graph.node):
+            self._node(index, node)
+        output_name = graph.output[0].name
+        if self.current != output_name:
+            raise ModelLoadError(
+                f"{self.name}: the chain of nodes ends in tensor '{self.current}' but the graph output is "
+                f"'{output_name}'; assay loads chains of layers whose last node produces the output"
+            )
+        layers = self.builder.finish(f"{self.name}: end of the graph")
+        return Network(tuple(layers), shape, graph_input.name, output_name, self.name)
+
+    def _row_wise(self) -> bool:
+        ops = {node.op_type for node in self.graph.node}
+        if "MatMul" not in ops or not ops <= _ROW_WISE:
+            return False
+        # the activation must be the left operand of every MatMul (x @ W contracts the last axis only)
+        return all(node.input[1] in self.constants or self._is_constant_node(node.input[1])
+                   for node in self.graph.node if node.op_type == "MatMul")
+
+    def _is_constant_node(self, tensor: str) -> bool:
+        return any(n.op_type == "Constant" and tensor in n.output for n in self.graph.node)
+
+    def _resolve_shape(self, input_name: str, shape: list, input_shape) -> tuple[int, ...]:
+        if input_shape is not None:
+            given = tuple(int(d) for d in input_shape)
+            if len(given) != len(shape) or any(d is not None and d != g for d, g in zip(shape, given)):
+                shown = tuple("?" if d is None else d for d in shape)
+                raise ModelLoadError(
+                    f"{self.name}: input_shape={given} does not match the graph's input '{input_name}' of shape "
+                    f"{shown} (without the batch dimension); pass a matching input_shape or none"
+                )
+            return given
+        if any(d is None for d in shape):
+            shown = tuple("?" if d is None else d for d in shape)
+            raise ModelLoadError(
+                f"{self.name}: input '{input_name}' has unknown dimensions {shown} besides the batch dimension; "
+                "pass input_shape=(...) to load()"
+            )
+        return tuple(shape)
+
+    # ------------------------------------------------------------------ nodes
+    def _node(self, index: int, node) -> None:
+        op = node.op_type
+        label = node.name or f"#{index}"
+        where = f"{self.name}: node '{label}' ({op})"
+        if node.domain not in ("", "ai.onnx") or op not in SUPPORTED_OPERATORS:
+            raise UnsupportedOperatorError(
+                f"{self.name}: node '{label}' uses operator {op!r}"
+                + (f" of domain '{node.domain}'" if node.domain not in ("", "ai.onnx") else "")
+                + f", which assay's Network cannot represent; supported operators: {', '.join(SUPPORTED_OPERATORS)}"
+            )
+        if op == "Constant":
+            self.constants[node.output[0]] = self._constant_value(node, where)
+            return
+        names = [n for n in node.input if n]
+        unknown = [n for n in names if n != self.current and n not in self.constants]
+        if unknown:
+            raise ModelLoadError(
+                f"{where} reads tensor '{unknown[0]}', which is neither the output of the previous node nor a "
+                "constant; assay loads chains of layers (no branches or skip connections)"
+            )
+        if self.current not in names:
+            self._constant_node(op, node, where)
+            return
+        if names.count(self.current) > 1:
+            raise UnsupportedOperatorError(f"{where} uses the network's activation twice (e.g. x*x); that is not affine")
+        try:
+            getattr(self, f"_op_{op}")(node, _attributes(node), where)
+        except AssayError as exc:
+            if where in str(exc):
+                raise
+            raise type(exc)(f"{where}: {exc}") from exc
+        except (ValueError, IndexError, KeyError, TypeError) as exc:
+            raise ModelLoadError(f"{where}: inconsistent operands ({exc}); check the model's shapes") from exc
+        self.current = node.output[0]
+
+    def _constant_value(self, node, where: str) -> np.ndarray:
+        from onnx import numpy_helper
+
+        attrs = _attributes(node)
+        if "value" in attrs:
+            return numpy_helper.to_array(attrs["value"])
+        for key in ("value_float", "value_floats", "value_int", "value_ints"):
+            if key in attrs:
+                return np.asarray(attrs[key])
+        raise UnsupportedOperatorError(f"{where}: only tensor and numeric Constant nodes are supported; got {sorted(attrs)}")
+
+    def _constant_node(self, op: str, node, where: str) -> None:
+        """A node that computes only from constants: evaluate the few cheap ones."""
+        values = [self.constants[n] for n in node.input if n]
+        rules = {"Identity": lambda a: a, "Dropout": lambda a, *_: a, "Add": np.add, "Sub": np.subtract,
+                 "Mul": np.multiply, "Div": np.divide}
+        if op not in rules:
+            raise UnsupportedOperatorError(f"{where} computes from constants only, which assay supports for "
+                                           f"{', '.join(rules)}; fold the constants before exporting")
+        self.constants[node.output[0]] = np.asarray(rules[op](*values))
+
+    def _operands(self, node):
+        """(position of the activation, the other operand as a constant or None)."""
+        position = list(node.input).index(self.current)
+        others = [self.constants[n] for i, n in enumerate(node.input) if n and i != position]
+        return position, others
+
+    def _bias_constant(self, value: np.ndarray, where: str) -> np.ndarray:
+        """Strip the leading (batch) dimensions of an elementwise constant."""
+        value = np.asarray(value, dtype=np.float64)
+        rank = len(self.builder.shape)
+        while value.ndim > rank:
+            if value.shape[0] != 1 or value.ndim - rank > self.lead:
+                raise ModelLoadError(
+                    f"{where}: a constant of shape {value.shape} varies along a batch dimension of the tensor "
+                    f"(shape {self.builder.shape} without the batch dimensions); it must broadcast per input"
+                )
+            value = value[0]
+        return value
+
+    def _elementwise(self, node, where, kind: str) -> None:
+        position, (other,) = self._operands(node)
+        c = self._bias_constant(other, where)
+        if kind == "Add":
+            self.builder.affine(1.0, c, where)
+        elif kind == "Sub":
+            self.builder.affine(1.0, -c, where) if position == 0 else self.builder.affine(-1.0, c, where)
+        elif kind == "Mul":
+            self.builder.affine(c, 0.0, where)
+        elif position == 0:
+            if np.any(c == 0):
+                raise ModelLoadError(f"{where}: division by a constant that contains zeros")
+            self.builder.affine(1.0 / c, 0.0, where)
+        else:
+            raise UnsupportedOperatorError(f"{where}: dividing a constant by the activation is not affine")
+
+    def _op_Add(self, node, attrs, where):
+        self._elementwise(node, where, "Add")
+
+    def _op_Sub(self, node, attrs, where):
+        self._elementwise(node, where, "Sub")
+
+    def _op_Mul(self, node, attrs, where):
+        self._elementwise(node, where, "Mul")
+
+    def _op_Div(self, node, attrs, where):
+        self._elementwise(node, where, "Div")
+
+    def _op_Identity(self, node, attrs, where):
+        pass
+
+    def _op_Dropout(self, node, attrs, where):
+        if len(node.input) > 2 and node.input[2] and bool(np.asarray(self.constants[node.input[2]]).any()):
+            raise UnsupportedOperatorError(f"{where}: Dropout in training mode is random; export the model in eval mode")
+
+    def _op_Relu(self, node, attrs, where):
+        self.builder.relu(where)
+
+    def _op_Gemm(self, node, attrs, where):
+        if list(node.input).index(self.current) != 0 or attrs.get("transA", 0) != 0:
+            raise UnsupportedOperatorError(f"{where}: only Gemm(activation, constant) with transA=0 is supported")
+        self._require_batch(where, "Gemm")
+        matrix = np.asarray(self.constants[node.input[1]], dtype=np.float64)
+        weight = attrs.get("alpha", 1.0) * (matrix if attrs.get("transB", 0) else matrix.T)
+        bias = np.zeros(weight.shape[0])
+        if len(node.input) > 2 and node.input[2]:
+            bias = bias + attrs.get("beta", 1.0) * np.broadcast_to(
+                np.asarray(self.constants[node.input[2]], dtype=np.float64).reshape(-1), (weight.shape[0],))
+        self.builder.linear(weight, bias, where)
+
+    def _op_MatMul(self, node, attrs, where):
+        position, (matrix,) = self._operands(node)
+        matrix = np.asarray(matrix, dtype=np.float64)
+        if matrix.ndim != 2 or len(self.builder.shape) != 1:
+            raise UnsupportedOperatorError(
+                f"{where}: only MatMul of a vector (per batch row) with a constant matrix is supported; "
+                f"got a tensor of shape {self.builder.shape} and a constant of shape {matrix.shape}"
+            )
+        if position == 0:
+            weight = matrix.T
+        elif self.lead == 0:  # W @ x with a batch-less vector x
+            weight = matrix
+        else:
+            raise UnsupportedOperatorError(f"{where}: MatMul(constant, activation) would mix the batch dimension")
+        self.builder.linear(weight, np.zeros(weight.shape[0]), where)
+
+    def _op_Flatten(self, node, attrs, where):
+        axis = attrs.get("axis", 1)
+        rank = len(self.builder.shape) + self.lead
+        if self.lead != 1 or (axis if axis >= 0 else axis + rank) != 1:
+            raise UnsupportedOperatorError(f"{where}: only Flatten(axis=1) after the batch dimension is supported")
+        self.builder.flatten(where)
+
+    def _op_Reshape(self, node, attrs, where):
+        target = [int(v) for v in np.asarray(self.constants[node.input[1]]).reshape(-1)]
+        shape, copy = self.builder.shape, not attrs.get("allowzero", 0)
+        size = int(np.prod(shape))
+
+        def is_batch(v):
+            return v == -1 or (v == 0 and copy) or (self.batch_dim is not None and v == self.batch_dim)
+
+        if self.lead == 1 and target and is_batch(target[0]):
+            rest = target[1:]
+            if len(rest) == len(shape) and all(t == s or (t == 0 and copy) for t, s in zip(rest, shape)):
+                return  # reshapes to the shape it already has
+            if len(rest) == 1 and (rest[0] == size or (rest[0] == -1 and target[0] != -1)):
+                self.builder.flatten(where)
+                return
+        raise UnsupportedOperatorError(
+            f"{where}: Reshape to {target} of a tensor of shape (batch, {', '.join(map(str, shape))}) is not a "
+            "flattening to (batch, -1); assay supports only that reshape"
+        )
+
+    def _op_Conv(self, node, attrs, where):
+        if list(node.input).index(self.current) != 0:
+            raise UnsupportedOperatorError(f"{where}: the convolution kernel must be a constant")
+        self._require_batch(where, "Conv")
+        weight = np.asarray(self.constants[node.input[1]], dtype=np.float64)
+        if weight.ndim != 4:
+            raise UnsupportedOperatorError(f"{where}: only 2-D convolutions are supported; the kernel has shape {weight.shape}")
+        bias = np.zeros(weight.shape[0])
+        if len(node.input) > 2 and node.input[2]:
+            bias = np.asarray(self.constants[node.input[2]], dtype=np.float64)
+        if "kernel_shape" in attrs and tuple(attrs["kernel_shape"]) != weight.shape[2:]:
+            raise ModelLoadError(f"{where}: kernel_shape {attrs['kernel_shape']} differs from the weight {weight.shape}")
+        padding = self._padding(attrs, where)
+        self.builder.conv(weight, bias, tuple(attrs.get("strides", (1, 1))), padding,
+                          tuple(attrs.get("dilations", (1, 1))), int(attrs.get("group", 1)), where)
+
+    def _op_AveragePool(self, node, attrs, where):
+        self._require_batch(where, "AveragePool")
+        kernel = tuple(attrs["kernel_shape"])
+        stride = tuple(attrs.get("strides", (1,) * len(kernel)))
+        padding = self._padding(attrs, where)
+        if len(kernel) != 2:
+            raise UnsupportedOperatorError(f"{where}: only 2-D average pooling is supported; kernel_shape={kernel}")
+        if any(d != 1 for d in attrs.get("dilations", (1, 1))):
+            raise UnsupportedOperatorError(f"{where}: dilated average pooling is not supported")
+        if any(padding) and not attrs.get("count_include_pad", 0):
+            raise UnsupportedOperatorError(
+                f"{where}: count_include_pad=0 with padding divides border windows by fewer elements, which is not "
+                "a fixed linear map per window in assay's AvgPool2d; export with count_include_pad=1 or no padding"
+            )
+        if attrs.get("ceil_mode", 0) and len(self.builder.shape) == 3 and any(
+                (n + 2 * p - k) % s for n, p, k, s in zip(self.builder.shape[1:], padding, kernel, stride)):
+            raise UnsupportedOperatorError(f"{where}: ceil_mode=1 adds partial windows; export with ceil_mode=0")
+        self.builder.avgpool(kernel, stride, padding, where)
+
+    def _op_BatchNormalization(self, node, attrs, where):
+        if attrs.get("training_mode", 0) or attrs.get("spatial", 1) != 1 or len([o for o in node.output if o]) > 1:
+            raise UnsupportedOperatorError(f"{where}: only inference-mode BatchNormalization is supported")
+        if list(node.input).index(self.current) != 0:
+            raise ModelLoadError(f"{where}: the statistics of BatchNormalization must be constants")
+        self._require_batch(where, "BatchNormalization")
+        gamma, beta, mean, var = (np.asarray(self.constants[n], dtype=np.float64).reshape(-1) for n in node.input[1:5])
+        scale = gamma / np.sqrt(var + attrs.get("epsilon", 1e-5))
+        shift = beta - mean * scale
+        trailing = (1,) * (len(self.builder.shape) - 1)
+        self.builder.affine(scale.reshape(-1, *trailing), shift.reshape(-1, *trailing), where)
+
+    # ------------------------------------------------------------------ helpers
+    def _require_batch(self, where: str, op: str) -> None:
+        if self.lead != 1:
+            raise UnsupportedOperatorError(f"{where}: {op} needs an input with one leading batch dimension")
+
+    @staticmethod
+    def _padding(attrs, where: str) -> tuple[int, int]:
+        auto_pad = attrs.get("auto_pad", b"NOTSET")
+        auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+        if auto_pad == "VALID":
+            return (0, 0)
+        if auto_pad != "NOTSET":
+            raise UnsupportedOperatorError(f"{where}: auto_pad={auto_pad} is not supported; export with explicit pads")
+        pads = tuple(attrs.get("pads", (0, 0, 0, 0)))
+        if len(pads) != 4 or pads[:2] != pads[2:]:
+            raise UnsupportedOperatorError(
+                f"{where}: pads={list(pads)} are not symmetric (top=bottom, left=right); assay's layers pad symmetrically"
+            )
+        return pads[:2]
