@@ -12,6 +12,7 @@ infeasible by sound bounds; VIOLATED only with a point confirmed by a float64 fo
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ def input_split(
     ]
     pending = 1
     done_volume = 0.0
+    grids = {}
     while pending:
         if time.monotonic() > deadline:
             return VerificationStatus.TIMEOUT, None
@@ -71,8 +73,8 @@ def input_split(
         stats.domains += lower.shape[0]
         row_upper = result.upper  # (B, m): upper bounds of each unsafe row
         best_row = _row_to_refine(row_upper, query.groups)
-        # A conjunction is unreachable on a box when one of its rows is negative all over it.
-        group_upper = torch.stack([row_upper[:, query.groups == g].amin(1) for g in range(query.num_groups)], 1)
+        # A conjunction is unreachable on a box when max_x min_i row_i(x) < 0 there.
+        group_upper = _conjunction_upper(result, lower, upper, query.groups, grids)
         safe = (group_upper < 0).all(1)
         done_volume += float(((upper[safe] - lower[safe]) / full_width).prod(1).sum())
         open_ = ~safe
@@ -150,6 +152,43 @@ def _fill_missing(parents, lowers):
         tuple(torch.cat([p.lower[k] for p in filled]) for k in range(len(template.lower))),
         tuple(torch.cat([p.upper[k] for p in filled]) for k in range(len(template.upper))),
     )
+
+
+def _simplex_grid(rows: int, resolution: int = 6) -> torch.Tensor:
+    """Points λ ≥ 0 with Σλ = 1 on a regular grid of the simplex: (K, rows)."""
+    if rows == 1:
+        return torch.ones(1, 1, dtype=torch.float64)
+    points = [p for p in itertools.product(range(resolution + 1), repeat=rows) if sum(p) == resolution]
+    return torch.tensor(points, dtype=torch.float64) / resolution
+
+
+def _conjunction_upper(result, lower, upper, groups, grids) -> torch.Tensor:
+    """Upper bound of max_x min_{i in g} row_i(x) over each box, for each group g: (B, G).
+
+    Every row has a linear upper bound a_i·x + b_i on the box, and for any λ in the simplex
+    min_i row_i(x) ≤ Σ_i λ_i (a_i·x + b_i), whose maximum over the box is exact to compute.
+    The least of these over a grid of λ (and over the rows' own bounds) is a sound bound; it
+    refutes a conjunction when different rows are negative on different parts of the box.
+    """
+    A = result.linear.upper_A.reshape(lower.shape[0], -1, lower.shape[1])
+    b = result.linear.upper_b
+    per_group = []
+    for g in range(int(groups.max()) + 1):
+        in_group = groups == g
+        rows_bound = result.upper[:, in_group].amin(1)
+        m = int(in_group.sum())
+        if m > 1:
+            if m not in grids:
+                grids[m] = _simplex_grid(m)
+            weights = grids[m]  # (K, m)
+            combined_A = torch.einsum("km,bmn->bkn", weights, A[:, in_group])
+            combined_b = b[:, in_group] @ weights.T
+            box_max = torch.maximum(combined_A * lower.unsqueeze(1), combined_A * upper.unsqueeze(1)).sum(2) + combined_b
+            # the rows' offsets already include rounding margins; the combination adds a few ulps
+            box_max = box_max + 1e-12 * (1 + box_max.abs())
+            rows_bound = torch.minimum(rows_bound, box_max.amin(1))
+        per_group.append(rows_bound)
+    return torch.stack(per_group, 1)
 
 
 def _row_to_refine(row_upper: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
