@@ -1,0 +1,238 @@
+"""What every FRNN index shares: the faiss-like protocol, row storage, ids, removal, validation.
+
+The protocol (faiss's, trimmed to what a monitor needs)::
+
+    index = SomeIndex(dim, metric)
+    index.add(X, ids)                        # X float (n, dim), ids int64 (n,)
+    lims, distances, ids = index.range_query(Q, radius)
+    # the answers of query i are distances[lims[i]:lims[i+1]], ids[lims[i]:lims[i+1]]
+    index.remove(ids)
+    len(index), index.dim, index.metric
+
+Class attributes: ``metrics`` (the metrics a backend supports), ``is_exact``, ``supports_remove``.
+Every exact backend returns exactly the stored rows with canonical ``d ≤ radius``
+(see :mod:`assay.monitor._kernels`): true, not squared, distances and a closed ball.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from assay.errors import DataError, OptionError
+from assay.monitor import _kernels
+
+__all__ = ["FrnnIndex", "RowStore", "assemble"]
+
+
+class RowStore:
+    """Growable float64 rows with int64 ids, lazily deleted (``alive``), positions stable until compaction."""
+
+    def __init__(self, dim: int, with_norms: bool):
+        self.dim = dim
+        self.with_norms = with_norms
+        self.size = 0
+        self.live = 0
+        self.data = np.empty((16, dim))
+        self.ids = np.empty(16, dtype=np.int64)
+        self.alive = np.zeros(16, dtype=bool)
+        self.norms = np.ones(16)
+        self.ids_sorted = True
+
+    def _reserve(self, extra: int) -> None:
+        needed = self.size + extra
+        if needed <= self.data.shape[0]:
+            return
+        capacity = max(needed, 2 * self.data.shape[0])
+        for name in ("data", "ids", "alive", "norms"):
+            old = getattr(self, name)
+            new = np.empty((capacity,) + old.shape[1:], dtype=old.dtype)
+            new[: self.size] = old[: self.size]
+            if name == "alive":
+                new[self.size :] = False
+            setattr(self, name, new)
+
+    def add(self, rows: np.ndarray, ids: np.ndarray) -> slice:
+        """Append rows; return the slice of positions they got."""
+        count = rows.shape[0]
+        self._reserve(count)
+        start = self.size
+        if count and self.ids_sorted:
+            previous = self.ids[start - 1] if start else np.iinfo(np.int64).min
+            self.ids_sorted = bool(ids[0] > previous and (count == 1 or np.all(ids[1:] > ids[:-1])))
+        self.data[start : start + count] = rows
+        self.ids[start : start + count] = ids
+        self.alive[start : start + count] = True
+        self.norms[start : start + count] = _kernels.canonical_norms(rows) if self.with_norms else 1.0
+        self.size += count
+        self.live += count
+        return slice(start, start + count)
+
+    def positions_of(self, ids: np.ndarray) -> np.ndarray:
+        """Positions of the live rows with these ids (unknown ids are ignored)."""
+        stored = self.ids[: self.size]
+        if self.ids_sorted:
+            found = np.searchsorted(stored, ids)
+            found = found[found < self.size]
+            found = found[np.isin(stored[found], ids)]
+        else:
+            found = np.flatnonzero(np.isin(stored, ids))
+        return found[self.alive[found]]
+
+    def kill(self, positions: np.ndarray) -> None:
+        self.alive[positions] = False
+        self.live -= positions.size
+
+    def compacted(self) -> tuple[np.ndarray, np.ndarray]:
+        """The live rows and their ids, in insertion order."""
+        keep = np.flatnonzero(self.alive[: self.size])
+        return self.data[keep].copy(), self.ids[keep].copy()
+
+    def reset(self) -> None:
+        self.size = 0
+        self.live = 0
+        self.alive[:] = False
+        self.ids_sorted = True
+
+
+def assemble(count: int, query: np.ndarray, position: np.ndarray, distance: np.ndarray, ids: np.ndarray):
+    """Turn (query, position, distance) triples into faiss's ``(lims, distances, ids)``, grouped by query."""
+    if query.size and np.any(query[1:] < query[:-1]):
+        order = np.argsort(query, kind="stable")
+        query, position, distance = query[order], position[order], distance[order]
+    lims = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(np.bincount(query, minlength=count), out=lims[1:])
+    return lims, np.ascontiguousarray(distance, dtype=np.float64), ids[position]
+
+
+class FrnnIndex:
+    """Base class of the exact fixed-radius near-neighbour indexes (see the module docstring).
+
+    Subclasses implement ``_added(positions)``, ``_candidates(queries, query_norms, radius)``
+    returning verified ``(query, position, distance)`` triples, and ``_reindex()`` (rebuild from
+    the live rows after compaction). Dead rows are skipped by the kernels; the store is compacted
+    when more than half of it is dead.
+    """
+
+    metrics: ClassVar[tuple[str, ...]] = ("linf", "l2", "l1", "cosine")
+    is_exact: ClassVar[bool] = True
+    supports_remove: ClassVar[bool] = True
+    name: ClassVar[str] = "base"
+
+    def __init__(self, dim: int, metric: str = "linf"):
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
+            raise OptionError(f"the `dim` of a {self.name} index must be an int ≥ 1; got {dim!r}")
+        if metric not in self.metrics:
+            listed = ", ".join(repr(m) for m in self.metrics)
+            raise OptionError(f"the {self.name} index supports the metrics {listed}; got {metric!r}")
+        self.dim = int(dim)
+        self.metric = metric
+        self._code = _kernels.METRIC_CODES[metric]
+        self._store = RowStore(self.dim, with_norms=metric == "cosine")
+
+    def __len__(self) -> int:
+        return self._store.live
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(dim={self.dim}, metric={self.metric!r}, rows={len(self)})"
+
+    # -- validation shared by add and range_query -------------------------------------------
+    def _rows(self, X, what: str) -> np.ndarray:
+        try:
+            rows = np.asarray(X, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"{what} must be numbers convertible to float64: {exc}") from exc
+        if rows.ndim == 1 and self.dim == rows.shape[0]:
+            rows = rows[None, :]
+        if rows.ndim != 2 or rows.shape[1] != self.dim:
+            raise DataError(f"{what} must have shape (n, {self.dim}); got {rows.shape} — the index was built on {self.dim} features")
+        if not np.all(np.isfinite(rows)):
+            bad = int(np.flatnonzero(~np.all(np.isfinite(rows), axis=1))[0])
+            raise DataError(f"row {bad} of {what} has NaN or infinite values; remove or impute them")
+        rows = np.ascontiguousarray(rows)
+        if self.metric == "cosine":
+            norms = _kernels.canonical_norms(rows)
+            if np.any(norms == 0):
+                bad = int(np.flatnonzero(norms == 0)[0])
+                raise DataError(f"row {bad} of {what} is the zero vector, which has no cosine distance")
+        return rows
+
+    # -- the protocol -----------------------------------------------------------------------
+    def add(self, X, ids) -> None:
+        """Store rows ``X`` (n, dim) under int64 ``ids`` (n,)."""
+        rows = self._rows(X, "X")
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if ids.shape[0] != rows.shape[0]:
+            raise DataError(f"add got {rows.shape[0]} rows but {ids.shape[0]} ids")
+        if rows.shape[0] == 0:
+            return
+        positions = self._store.add(rows, ids)
+        self._added(positions)
+
+    def range_query(self, X, radius: float):
+        """All stored rows with canonical ``d(row, x) ≤ radius`` for each query ``x``.
+
+        Returns ``(lims, distances, ids)``: int64 (m+1,), float64 (L,), int64 (L,), faiss-style.
+        """
+        queries = self._rows(X, "the queries")
+        radius = float(radius)
+        if not (radius >= 0 and np.isfinite(radius)):
+            raise OptionError(f"the radius of a range query must be a finite number ≥ 0; got {radius!r}")
+        query_norms = _kernels.canonical_norms(queries) if self.metric == "cosine" else np.ones(queries.shape[0])
+        count = queries.shape[0]
+        if self._store.live == 0 or count == 0:
+            return np.zeros(count + 1, dtype=np.int64), np.empty(0), np.empty(0, dtype=np.int64)
+        query, position, distance = self._candidates(queries, query_norms, radius)
+        return assemble(count, query, position, distance, self._store.ids)
+
+    def _query_validated(self, queries: np.ndarray, radius: float):
+        """``range_query`` for rows the caller has validated: flat ``(query, id, distance)`` triples."""
+        if self._store.live == 0:
+            empty = np.empty(0, dtype=np.int64)
+            return empty, empty, np.empty(0)
+        query_norms = _kernels.canonical_norms(queries) if self.metric == "cosine" else np.ones(queries.shape[0])
+        query, position, distance = self._candidates(queries, query_norms, radius)
+        return query, self._store.ids[position], distance
+
+    def _add_validated(self, rows: np.ndarray, ids: np.ndarray) -> None:
+        self._added(self._store.add(rows, ids))
+
+    def remove(self, ids) -> int:
+        """Remove the rows with these ids (unknown ids are ignored); return how many were removed."""
+        positions = self._store.positions_of(np.asarray(ids, dtype=np.int64).reshape(-1))
+        self._store.kill(positions)
+        if self._store.size > 64 and self._store.live < self._store.size // 2:
+            self._compact()
+        return int(positions.size)
+
+    def export(self) -> tuple[np.ndarray, np.ndarray]:
+        """The live rows and their ids (float64 (n, dim), int64 (n,)), oldest first."""
+        return self._store.compacted()
+
+    # -- helpers for subclasses -------------------------------------------------------------
+    def _compact(self) -> None:
+        rows, ids = self._store.compacted()
+        self._store.reset()
+        if rows.shape[0]:
+            self._store.add(rows, ids)
+        self._reindex()
+
+    def _verify_slice(self, queries, query_norms, radius, start: int, end: int):
+        """Brute-force check of the positions ``start:end`` against every query."""
+        count = queries.shape[0]
+        store = self._store
+        return _kernels.verify_ranges(
+            store.data, store.norms, store.alive, np.empty(0, dtype=np.int64), False,
+            np.arange(count, dtype=np.int64), np.full(count, start, dtype=np.int64), np.full(count, end, dtype=np.int64),
+            queries, query_norms, radius, self._code,
+        )
+
+    def _added(self, positions: slice) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _candidates(self, queries, query_norms, radius):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _reindex(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError

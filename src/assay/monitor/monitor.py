@@ -1,0 +1,420 @@
+"""The runtime monitor: after each decision (x, y), the exact set of earlier decisions that witness a violation.
+
+Implements the monitoring problem of *Monitoring Robustness and Individual Fairness* (Clemont,
+KDD 2025, Sec. 2–3): decision ``i`` is flagged by an earlier decision ``j < i`` when
+
+* their inputs are **close**: ``d_X(x_i, x_j) ≤ ε`` (closed ball, true — not squared — distance,
+  evaluated by the canonical float64 formula of :mod:`assay.monitor._kernels`), and
+* their outputs are **different**: with ``output="label"`` the labels differ (``!=``); with
+  ``output=(output_metric, δ)`` the canonical ``d_Y(y_i, y_j) > δ``.
+
+Soundness and completeness: every backend returns exactly the rows with canonical ``d ≤ ε``, so
+the witness sets are exact (equal to an O(n²) scan) — ties at exactly ε included. One range query
+per decision against a single index of all earlier decisions, filtered by output afterwards (not
+one index per class). ``observe_batch`` gives the same answers as observing one decision at a
+time: each decision of a batch is checked against the history before the batch *and* against the
+earlier decisions of the same batch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from assay._validate import check_choice, check_float, check_int
+from assay.errors import DataError, OptionError
+from assay.monitor import _kernels
+from assay.monitor.frnn import BACKENDS, FrnnIndex, make_index
+from assay.monitor.witnesses import Witnesses
+
+__all__ = ["Monitor", "MonitorConfig", "MonitorStats"]
+
+METRICS = ("linf", "l2", "l1", "cosine")
+
+
+@dataclass(frozen=True)
+class MonitorConfig:
+    """The options of a :class:`Monitor`, checked when built (see :class:`Monitor` for their meaning)."""
+
+    epsilon: float
+    metric: str = "linf"
+    output_metric: str | None = None
+    delta: float = 0.0
+    index: str = "auto"
+    dim: int | None = None
+    max_history: int | None = None
+    max_witnesses: int | None = None
+    count_only: bool = False
+    batch_size: int = 2048
+
+    def __post_init__(self):
+        owner = "Monitor"
+        object.__setattr__(self, "epsilon", check_float(self.epsilon, "epsilon", owner, minimum=0.0))
+        check_choice(self.metric, "metric", owner, METRICS)
+        if self.output_metric is not None:
+            check_choice(self.output_metric, "output metric", owner, METRICS)
+            object.__setattr__(self, "delta", check_float(self.delta, "output threshold δ", owner, minimum=0.0))
+        check_choice(self.index, "index", owner, ("auto", *BACKENDS))
+        if self.dim is not None:
+            check_int(self.dim, "dim", owner, minimum=1)
+        if self.max_history is not None:
+            check_int(self.max_history, "max_history", owner, minimum=1)
+        if self.max_witnesses is not None:
+            check_int(self.max_witnesses, "max_witnesses", owner, minimum=0)
+        if not isinstance(self.count_only, bool):
+            raise OptionError(f"the `count_only` option of Monitor must be True or False; got {self.count_only!r}")
+        check_int(self.batch_size, "batch_size", owner, minimum=1)
+
+
+@dataclass(frozen=True)
+class MonitorStats:
+    """Running totals: decisions observed, violating pairs found, decisions flagged (≥ 1 witness)."""
+
+    decisions: int
+    pairs: int
+    flagged: int
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class _OutputLog:
+    """Outputs (label codes or output rows) of the decisions still in the history, by id."""
+
+    def __init__(self, width: int | None):
+        shape = (64,) if width is None else (64, width)
+        self._buffer = np.empty(shape, dtype=np.int64 if width is None else np.float64)
+        self.size = 0
+        self.offset = 0
+
+    @property
+    def values(self) -> np.ndarray:
+        return self._buffer[: self.size]
+
+    def append(self, values: np.ndarray) -> None:
+        needed = self.size + values.shape[0]
+        if needed > self._buffer.shape[0]:  # grow geometrically: amortised O(1) per decision
+            bigger = np.empty((max(needed, 2 * self._buffer.shape[0]),) + self._buffer.shape[1:], dtype=self._buffer.dtype)
+            bigger[: self.size] = self._buffer[: self.size]
+            self._buffer = bigger
+        self._buffer[self.size : needed] = values
+        self.size = needed
+
+    def get(self, ids: np.ndarray) -> np.ndarray:
+        return self._buffer[ids - self.offset]
+
+    def drop_before(self, first_id: int) -> None:
+        drop = first_id - self.offset
+        # Move only once the dead prefix is as long as what is kept: amortised O(1) per decision.
+        if drop > 0 and drop >= self.size - drop:
+            kept = self.size - drop
+            self._buffer[:kept] = self._buffer[drop : self.size].copy()
+            self.size = kept
+            self.offset = first_id
+
+
+class Monitor:
+    """Exact online monitor of robustness / individual fairness for a stream of decisions.
+
+    Args:
+        epsilon: input radius ε ≥ 0; inputs with ``d_X ≤ ε`` are close.
+        metric: input distance, ``"linf"`` (the paper's default), ``"l2"``, ``"l1"`` or ``"cosine"``
+            (``1 − cos``; zero vectors are refused).
+        output: ``"label"`` (outputs differ when their labels differ) or ``(output_metric, δ)``:
+            outputs are vectors (or numbers) that differ when canonical ``d_Y > δ``.
+        index: ``"auto"`` (by metric and dimension, see :func:`assay.monitor.frnn.choose_backend`),
+            a backend name (``"brute"``, ``"kdtree"``, ``"snn"``, ``"grid"``) or an empty
+            :class:`~assay.monitor.frnn.FrnnIndex` instance (a test seam).
+        dim: number of input features; inferred from the first decision when None.
+        max_history: sliding window W — decision i is compared with decisions i−W … i−1 only,
+            and older rows are dropped from memory. None keeps everything.
+        max_witnesses: list at most this many witnesses per decision (the nearest; ``count``
+            stays exact and ``incomplete`` is set). None lists all.
+        count_only: list no witness ids, only the exact counts (``incomplete`` set when count > 0).
+        batch_size: ``observe_batch`` processes this many decisions per index query.
+
+    Bad input (NaN, wrong width, a label that is NaN) raises :class:`~assay.errors.DataError`
+    before anything is recorded: the monitor's state is unchanged by a rejected batch.
+    """
+
+    def __init__(self, epsilon: float, metric: str = "linf", output="label", index="auto", *, dim: int | None = None,
+                 max_history: int | None = None, max_witnesses: int | None = None, count_only: bool = False,
+                 batch_size: int = 2048):
+        injected = None
+        if isinstance(index, FrnnIndex):
+            injected, index = index, type(index).name
+            if len(injected):
+                raise OptionError("an index given to Monitor must be empty; the monitor adds every decision itself")
+            if injected.metric != metric:
+                raise OptionError(f"the index given to Monitor measures {injected.metric!r} but the monitor's metric is {metric!r}")
+            if dim is not None and dim != injected.dim:
+                raise OptionError(f"the index given to Monitor has dim {injected.dim} but dim={dim} was asked")
+            dim = injected.dim
+        if output == "label":
+            output_metric, delta = None, 0.0
+        elif isinstance(output, (tuple, list)) and len(output) == 2:
+            output_metric, delta = output
+        else:
+            raise OptionError(f"the `output` option of Monitor must be 'label' or a pair (output_metric, δ) like ('linf', 0.1); got {output!r}")
+        if injected is not None and index not in BACKENDS:
+            index = "brute"  # what a restored checkpoint rebuilds (answers are equal for every exact index)
+        self.config = MonitorConfig(epsilon, metric, output_metric, delta, index, dim, max_history, max_witnesses, count_only, batch_size)
+        if injected is None and self.config.index != "auto" and metric not in BACKENDS[self.config.index].metrics:
+            listed = ", ".join(BACKENDS[self.config.index].metrics)
+            raise OptionError(f"the {self.config.index!r} index supports the metrics {listed}; got metric={metric!r} — use index='auto' or 'brute'")
+        self._index: FrnnIndex | None = injected
+        self._labels: dict = {}
+        self._log: _OutputLog | None = None
+        self._output_width: int | None = None
+        self._next_id = 0
+        self._pairs = 0
+        self._flagged = 0
+
+    # -- public state ---------------------------------------------------------------------
+    @property
+    def stats(self) -> MonitorStats:
+        return MonitorStats(self._next_id, self._pairs, self._flagged)
+
+    @property
+    def dim(self) -> int | None:
+        return self.config.dim if self._index is None else self._index.dim
+
+    @property
+    def index(self) -> FrnnIndex | None:
+        """The index holding the history (None before the first decision)."""
+        return self._index
+
+    def __len__(self) -> int:
+        """Decisions currently held in the history."""
+        return 0 if self._index is None else len(self._index)
+
+    def __repr__(self) -> str:
+        c = self.config
+        return f"Monitor(epsilon={c.epsilon}, metric={c.metric!r}, index={c.index!r}, decisions={self._next_id})"
+
+    # -- observation ----------------------------------------------------------------------
+    def observe(self, x, y) -> Witnesses:
+        """Record one decision (input ``x`` (d,), output ``y``) and return its witnesses."""
+        x = np.asarray(x)
+        if x.ndim != 1:
+            raise DataError(f"observe takes one input vector of shape (d,); got shape {x.shape} — use observe_batch for many")
+        return self.observe_batch(x[None, :], [y])[0]
+
+    def observe_batch(self, X, Y) -> list[Witnesses]:
+        """Record decisions ``X`` (n, d), ``Y`` (n,) or (n, m) in order; return their witnesses.
+
+        Equal to ``[observe(x, y) for x, y in zip(X, Y)]``, pairs inside the batch included.
+        """
+        rows = self._check_rows(X)
+        outputs, new_labels = self._check_outputs(Y, rows.shape[0])
+        if rows.shape[0] == 0:
+            return []
+        if self._index is None:
+            self._index = make_index(self.config.index, rows.shape[1], self.config.metric, self.config.epsilon)
+            self.config = replace(self.config, dim=rows.shape[1])
+        if self._log is None:
+            self._log = _OutputLog(self._output_width)
+            self._log.offset = self._next_id
+        for label in new_labels:
+            self._labels[label] = len(self._labels)
+        results: list[Witnesses] = []
+        step = self.config.batch_size
+        for start in range(0, rows.shape[0], step):
+            results.extend(self._process(rows[start : start + step], outputs[start : start + step]))
+        return results
+
+    def _process(self, rows: np.ndarray, outputs: np.ndarray) -> list[Witnesses]:
+        config, index, log = self.config, self._index, self._log
+        count = rows.shape[0]
+        first_id = self._next_id
+        query, other, distance = index._query_validated(rows, config.epsilon)
+        other_output = log.get(other)
+        if count > 1:  # pairs inside the batch: each later row against the earlier rows of the batch
+            norms = _kernels.canonical_norms(rows) if config.metric == "cosine" else np.ones(count)
+            later, earlier, inner_distance = _kernels.all_pairs_within(rows, norms, config.epsilon, index._code)
+            query = np.concatenate([query, later])
+            other = np.concatenate([other, earlier + first_id])
+            distance = np.concatenate([distance, inner_distance])
+            other_output = np.concatenate([other_output, outputs[earlier]])
+        keep = self._different(outputs[query], other_output)
+        if config.max_history is not None:
+            keep &= other >= query + first_id - config.max_history
+        query, other, distance = query[keep], other[keep], distance[keep]
+        results = self._group(first_id, count, query, other, distance)
+        index._add_validated(rows, np.arange(first_id, first_id + count, dtype=np.int64))
+        log.append(outputs)
+        self._next_id += count
+        if config.max_history is not None:
+            # Later decisions compare with ids ≥ next_id − W only; older rows leave memory.
+            oldest_kept = self._next_id - config.max_history
+            already_removed = max(0, first_id - config.max_history)
+            if oldest_kept > already_removed:
+                index.remove(np.arange(already_removed, oldest_kept, dtype=np.int64))
+                log.drop_before(oldest_kept)
+        return results
+
+    def _different(self, mine: np.ndarray, theirs: np.ndarray) -> np.ndarray:
+        if self.config.output_metric is None:
+            return mine != theirs
+        code = _kernels.METRIC_CODES[self.config.output_metric]
+        return _kernels.rowwise_distances(mine, theirs, code) > self.config.delta
+
+    def _group(self, first_id, count, query, other, distance) -> list[Witnesses]:
+        config = self.config
+        if count == 1 and config.max_witnesses is None and not config.count_only:
+            order = np.argsort(other, kind="stable")
+            self._pairs += int(other.size)
+            self._flagged += int(other.size > 0)
+            return [Witnesses(first_id, other[order], distance[order], int(other.size), False)]
+        order = np.lexsort((other, query))
+        query, other, distance = query[order], other[order], distance[order]
+        counts = np.bincount(query, minlength=count)
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        self._pairs += int(query.size)
+        self._flagged += int(np.count_nonzero(counts))
+        cap = 0 if config.count_only else config.max_witnesses
+        results = []
+        for i in range(count):
+            lo, hi = bounds[i], bounds[i + 1]
+            total = hi - lo
+            ids, dists = other[lo:hi], distance[lo:hi]
+            if cap is not None and total > cap:
+                nearest = np.lexsort((ids, dists))[:cap]
+                nearest.sort()  # back to ascending id (ids are sorted within the group)
+                ids, dists = ids[nearest], dists[nearest]
+            results.append(Witnesses(first_id + i, ids, dists, int(total), bool(ids.size < total)))
+        return results
+
+    # -- validation at the boundary -------------------------------------------------------
+    def _check_rows(self, X) -> np.ndarray:
+        try:
+            rows = np.asarray(X, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"the inputs must be numbers convertible to float64: {exc}") from exc
+        if rows.ndim != 2:
+            raise DataError(f"observe_batch takes inputs of shape (n, d); got shape {rows.shape}")
+        dim = self.dim
+        if dim is not None and rows.shape[1] != dim:
+            raise DataError(f"X has {rows.shape[1]} features, but the monitor was built on {dim}; "
+                            f"the monitor keeps its {self._next_id} earlier decisions")
+        finite = np.isfinite(rows)
+        if not finite.all():
+            row, column = np.argwhere(~finite)[0]
+            raise DataError(f"decision {row} of the batch has NaN or infinite values (column {column}); "
+                            f"nothing of this batch was recorded and the {self._next_id} earlier decisions are kept — "
+                            "remove or impute the value and observe it again")
+        if self.config.metric == "cosine" and rows.shape[0]:
+            zero = np.flatnonzero(_kernels.canonical_norms(np.ascontiguousarray(rows)) == 0)
+            if zero.size:
+                raise DataError(f"decision {zero[0]} of the batch is the zero vector, which has no cosine distance; nothing was recorded")
+        return np.ascontiguousarray(rows)
+
+    def _check_outputs(self, Y, count: int):
+        if self.config.output_metric is None and count == 1 and isinstance(Y, list) and len(Y) == 1:
+            label = Y[0]
+            if isinstance(label, np.generic):
+                label = label.item()
+            try:
+                code = self._labels.get(label)
+            except TypeError as exc:
+                raise DataError(f"labels must be hashable (numbers or strings); got {label!r}") from exc
+            if code is not None:
+                return np.array([code], dtype=np.int64), []
+            if isinstance(label, float) and label != label:
+                raise DataError("decision 0 of the batch has a NaN label; nothing of this batch was recorded")
+            return np.array([len(self._labels)], dtype=np.int64), [label]
+        if self.config.output_metric is None:
+            labels = np.asarray(Y)
+            if labels.dtype.kind not in "iufb":
+                # Mixed or string labels: keep the Python objects (numpy would turn 1 into "1").
+                labels = np.empty(len(Y), dtype=object) if labels.ndim == 1 else labels
+                if labels.dtype == object:
+                    labels[:] = list(Y)
+            if labels.ndim != 1 or labels.shape[0] != count:
+                raise DataError(f"expected {count} labels (one per input) as a 1-D sequence; got shape {np.shape(Y)}")
+            unique, inverse = np.unique(labels, return_inverse=True) if labels.dtype != object else _unique_objects(labels)
+            codes, new = [], []
+            for position, label in enumerate(unique.tolist() if isinstance(unique, np.ndarray) else unique):
+                if isinstance(label, float) and label != label:
+                    bad = int(np.flatnonzero(inverse == position)[0])
+                    raise DataError(f"decision {bad} of the batch has a NaN label; nothing of this batch was recorded")
+                try:
+                    code = self._labels.get(label)
+                except TypeError as exc:
+                    raise DataError(f"labels must be hashable (numbers or strings); got {label!r}") from exc
+                if code is None:
+                    code = len(self._labels) + len(new)
+                    new.append(label)
+                codes.append(code)
+            return np.asarray(codes, dtype=np.int64)[np.asarray(inverse, dtype=np.int64).reshape(-1)], new
+        try:
+            values = np.asarray(Y, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"the outputs must be numbers convertible to float64: {exc}") from exc
+        if values.ndim == 1:
+            values = values[:, None]
+        if values.ndim != 2 or values.shape[0] != count:
+            raise DataError(f"expected {count} outputs of shape (m,) or numbers; got shape {np.shape(Y)}")
+        if self._output_width is not None and values.shape[1] != self._output_width:
+            raise DataError(f"the outputs have {values.shape[1]} values, but earlier decisions had {self._output_width}")
+        if not np.isfinite(values).all():
+            bad = int(np.flatnonzero(~np.isfinite(values).all(axis=1))[0])
+            raise DataError(f"decision {bad} of the batch has a NaN or infinite output; nothing of this batch was recorded")
+        if self._output_width is None and count:
+            self._output_width = values.shape[1]
+        return np.ascontiguousarray(values), []
+
+    # -- checkpoints ----------------------------------------------------------------------
+    def save(self, path) -> Path:
+        """Write the monitor's full state to ``path`` (an ``.npz`` file); see :func:`load`."""
+        from assay.monitor.store import save_checkpoint
+
+        return save_checkpoint(self, path)
+
+    @classmethod
+    def load(cls, path) -> "Monitor":
+        """Rebuild a monitor from a checkpoint written by :meth:`save`; it answers as the original would."""
+        from assay.monitor.store import load_checkpoint
+
+        return load_checkpoint(path)
+
+    def _state(self) -> dict:
+        rows, ids = self._index.export() if self._index is not None else (np.empty((0, self.dim or 0)), np.empty(0, dtype=np.int64))
+        outputs = self._log.get(ids) if self._log is not None else np.empty(0)
+        meta = {
+            "config": asdict(self.config),
+            "labels": list(self._labels),
+            "output_width": self._output_width,
+            "next_id": self._next_id,
+            "pairs": self._pairs,
+            "flagged": self._flagged,
+        }
+        return {"meta": json.dumps(meta), "rows": rows, "ids": ids, "outputs": outputs}
+
+    def _restore(self, meta: dict, rows: np.ndarray, ids: np.ndarray, outputs: np.ndarray) -> None:
+        self._labels = {label: code for code, label in enumerate(meta["labels"])}
+        self._output_width = meta["output_width"]
+        self._next_id, self._pairs, self._flagged = meta["next_id"], meta["pairs"], meta["flagged"]
+        self._log = None  # made at the next observation, when nothing is kept
+        if ids.size:
+            self._log = _OutputLog(self._output_width)
+            self._log.offset = int(ids[0])
+            self._log.append(outputs)
+        if self.config.dim is not None:
+            self._index = make_index(self.config.index, self.config.dim, self.config.metric, self.config.epsilon)
+            self._index.add(rows, ids)
+
+
+def _unique_objects(labels: np.ndarray):
+    """``np.unique`` for object arrays of mixed types: first-seen order, by equality and hash."""
+    seen: dict = {}
+    inverse = np.empty(labels.shape[0], dtype=np.int64)
+    for position, label in enumerate(labels.tolist()):
+        try:
+            inverse[position] = seen.setdefault(label, len(seen))
+        except TypeError as exc:
+            raise DataError(f"labels must be hashable (numbers or strings); decision {position} has {label!r}") from exc
+    return list(seen), inverse
