@@ -90,6 +90,38 @@ def test_split_bounds_contain_outputs_inside_the_split_region(method, network, s
     assert not (torch.isinf(result.lower).all(1) & mask.any(0)).any()
 
 
+def sampled_relu_inputs(network, x):
+    """Pre-activations of every ReLU layer for x (n, B, *input_shape): list of (n, B, units)."""
+    n, batch = x.shape[:2]
+    h = x.reshape(n * batch, *network.input_shape)
+    values = []
+    for index, layer in enumerate(network.layers):
+        if index in network.relu_indices:
+            values.append(h.reshape(n, batch, -1))
+        h = network.apply_layer(index, h)
+    return values
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("with_splits", [False, True])
+@FAST
+@given(network=networks, seed=st.integers(0, 2**32 - 1))
+def test_forward_intermediate_bounds_contain_sampled_activations(dtype, with_splits, network, seed):
+    rng = np.random.default_rng(seed)
+    lower, upper = random_boxes(network, rng, batch=3, max_width=2.0)
+    splits = random_splits(network, compute_bounds(network, (lower, upper)).intermediate, rng) if with_splits else None
+    result = compute_bounds(network, (lower, upper), method="crown", dtype=dtype, intermediate_method="forward",
+                            splits=splits)
+    x = sample_box(lower, upper, rng, SAMPLES)
+    mask = satisfies_splits(network, x, splits) if with_splits else torch.ones(x.shape[:2], dtype=torch.bool)
+    assert_contains(result, forward_batched(network, x), mask)
+    for k, z in enumerate(sampled_relu_inputs(network, x)):
+        low = result.intermediate.lower[k].reshape(1, z.shape[1], -1)
+        high = result.intermediate.upper[k].reshape(1, z.shape[1], -1)
+        outside = ((z < low) | (z > high)) & mask.unsqueeze(-1)
+        assert not outside.any(), f"ReLU layer {k}: a sampled pre-activation lies outside its forward bounds"
+
+
 @FAST
 @given(network=networks, seed=st.integers(0, 2**32 - 1))
 def test_reused_intermediate_bounds_stay_sound_on_a_subdomain(network, seed):

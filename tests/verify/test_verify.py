@@ -60,6 +60,47 @@ def test_verdicts_agree_with_marabou(seed):
         assert (y @ torch.as_tensor(C).T + torch.as_tensor(d) >= 0).all()
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_relu_splitting_verdicts_agree_with_marabou(seed):
+    """ReLU splitting is for many inputs and small regions (e.g. an ℓ∞ ball around an image)."""
+    pytest.importorskip("maraboupy")
+    n, radius = 20, 0.15
+    network = random_network(50 + seed, widths=(n, 16, 16, 2))
+    C = np.array([[1.0, -1.0]])
+    x = torch.as_tensor(np.random.default_rng(seed).uniform(-radius, radius, (200_000, n)))
+    offset = 0.02 if seed % 2 else -0.02
+    threshold = (network.forward(x) @ torch.as_tensor(C).T).max().item() + offset
+    d = np.array([-threshold])
+    ours = verify(network, box(n, radius), unsafe=unsafe_region(C, d), timeout=60, strategy="relu")
+    theirs, _, _ = solve_network(network, -radius * np.ones(n), radius * np.ones(n), C, d, timeout=60)
+    assert ours.stats["strategy"] == "relu"
+    assert ours.status in (VerificationStatus.HOLDS, VerificationStatus.VIOLATED), ours
+    assert theirs in ("sat", "unsat"), theirs
+    assert (ours.status is VerificationStatus.VIOLATED) == (theirs == "sat")
+
+
+def test_both_strategies_refute_every_conjunction_of_a_disjunction():
+    n, radius = 12, 0.2
+    network = random_network(3, widths=(n, 16, 16, 3))
+    x = torch.as_tensor(np.random.default_rng(0).uniform(-radius, radius, (200_000, n)))
+    y = network.forward(x)
+    # Two unreachable regions: y0 - y1 above its sampled max, or y2 below its sampled min.
+    top = (y[:, 0] - y[:, 1]).max().item() + 0.3
+    bottom = y[:, 2].min().item() - 0.3
+    first = SimpleNamespace(C=torch.tensor([[1.0, -1.0, 0.0]], dtype=torch.float64), d=torch.tensor([-top], dtype=torch.float64))
+    second = SimpleNamespace(C=torch.tensor([[0.0, 0.0, -1.0]], dtype=torch.float64), d=torch.tensor([bottom], dtype=torch.float64))
+    for strategy in ("relu", "input"):
+        result = verify(network, box(n, radius), unsafe=SimpleNamespace(conjunctions=(first, second)), timeout=60,
+                        strategy=strategy)
+        assert result.status is VerificationStatus.HOLDS, (strategy, result)
+    # Moving the second region inside the reachable range makes the property violated.
+    reachable = SimpleNamespace(C=second.C, d=second.d + 0.6)
+    result = verify(network, box(n, radius), unsafe=SimpleNamespace(conjunctions=(first, reachable)), timeout=60,
+                    strategy="relu")
+    assert result.status is VerificationStatus.VIOLATED
+    assert -network.forward(result.counterexample.input.reshape(1, n))[0, 2] + bottom + 0.6 >= 0
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_holds_is_never_contradicted_by_sampling_or_attack(seed):
     network = random_network(100 + seed, widths=(2, 12, 12, 3))

@@ -10,6 +10,7 @@ import torch
 from assay._validate import check_choice
 from assay.bounds._ops import Plan, ReluStage, plan_for, unit_roundoff
 from assay.bounds.crown import Backward, backsubstitute, concretize
+from assay.bounds.forward import MAX_FORWARD_INPUTS, forward_bounds
 from assay.bounds.ibp import center_radius, interval_pass
 from assay.bounds.optimize import Objective, optimize_bounds
 from assay.bounds.options import AlphaCrownOptions, BetaCrownOptions
@@ -20,6 +21,10 @@ from assay.nn.network import Network, resolve_dtype
 METHODS = ("ibp", "crown", "alpha", "beta")
 # Rows × input elements bounded in one backward pass for intermediate layers (memory cap).
 _ROW_CHUNK_ELEMENTS = 1 << 24
+# Intermediate CROWN groups domains by their number of unstable neurons: about this many groups,
+# each of at least _MIN_GROUP domains.
+_GROUPS = 16
+_MIN_GROUP = 32
 
 
 def compute_bounds(
@@ -33,6 +38,7 @@ def compute_bounds(
     splits: Sequence[torch.Tensor] | None = None,
     intermediate: IntermediateBounds | None = None,
     refine_intermediate: bool = True,
+    intermediate_method: str = "crown",
     weight_perturbation=None,
     options: AlphaCrownOptions | BetaCrownOptions | None = None,
     objective: Objective | None = None,
@@ -62,6 +68,11 @@ def compute_bounds(
         refine_intermediate: with ``intermediate``: True (default) recomputes CROWN bounds for
             the neurons that are still unstable (cheap when few are); False uses them as they
             are (the fastest choice when only the split constraints changed).
+        intermediate_method: how CROWN-family methods bound the ReLU inputs: ``"crown"``
+            (default; backward substitution per unstable neuron, tightest) or ``"forward"``
+            (forward linear bounds, see :mod:`assay.bounds.forward`: far cheaper for
+            networks with few inputs, looser; meant for input-splitting branch and bound,
+            where parents' bounds are reused). The output rows always use backward CROWN.
         weight_perturbation: δ ≥ 0: every weight and bias of every Linear/Conv2d layer may
             move by up to δ (ℓ∞); or a sequence with one δ per Linear/Conv2d layer, in order;
             or a dict ``{layer index: δ}``. Bounds then hold for every such network.
@@ -80,6 +91,7 @@ def compute_bounds(
     started = time.perf_counter()
     check_choice(method, "method", "compute_bounds", METHODS)
     check_choice(sides, "sides", "compute_bounds", ("both", "lower", "upper"))
+    check_choice(intermediate_method, "intermediate_method", "compute_bounds", ("crown", "forward"))
     if return_linear and method == "ibp":
         raise OptionError("return_linear needs a CROWN-family method ('crown', 'alpha' or 'beta'); IBP has no linear bounds")
     torch_dtype = resolve_dtype(dtype)
@@ -116,7 +128,22 @@ def compute_bounds(
         bounds = interval_pass(plan, lower, upper, deltas, clamp)
         center, radius = center_radius(lower, upper)
         stats = {"domains": batch, "rows": C.shape[1], "method": method}
-        if method != "ibp" and (intermediate is None or refine_intermediate):
+        if method != "ibp" and (intermediate is None or refine_intermediate) and intermediate_method == "forward":
+            if deltas:
+                raise OptionError("intermediate_method='forward' does not support weight_perturbation; use 'crown'")
+            if network.input_size > MAX_FORWARD_INPUTS:
+                raise OptionError(
+                    f"intermediate_method='forward' is meant for networks with few inputs (at most "
+                    f"{MAX_FORWARD_INPUTS}); {network.source} has {network.input_size}: use 'crown'"
+                )
+            interval = bounds
+
+            def clamp_with_interval(position, l, u):
+                return clamp(position, torch.maximum(l, interval[position][0]), torch.minimum(u, interval[position][1]))
+
+            known.update(forward_bounds(plan, lower, upper, clamp_with_interval))
+            bounds = interval_pass(plan, lower, upper, deltas, clamp)
+        elif method != "ibp" and (intermediate is None or refine_intermediate):
             for position in plan.relu_positions:
                 tightened = _crown_layer_bounds(plan, position, bounds, deltas, center, radius)
                 known[position] = tightened
@@ -191,8 +218,29 @@ def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radiu
     """CROWN bounds of the input of ReLU stage ``position``, only for neurons not yet stable.
 
     Stable neurons are relaxed exactly whatever their bounds, so only the unstable ones of each
-    domain get a row: domain i bounds its own ``k_i`` unstable neurons, padded to max_i k_i.
+    domain get a row: domain i bounds its own ``k_i`` unstable neurons, padded to the largest
+    ``k`` of its group. Domains are grouped by ``k_i`` (sorted) so that little is padded.
     """
+    lower, upper = bounds[position]
+    batch = lower.shape[0]
+    if batch <= _MIN_GROUP:
+        return _crown_layer_bounds_padded(plan, position, bounds, deltas, center, radius)
+    counts = ((lower < 0) & (upper > 0)).reshape(batch, -1).sum(1)
+    order = counts.argsort()
+    new_lower, new_upper = lower.clone(), upper.clone()
+    group = max(_MIN_GROUP, batch // _GROUPS)
+    for start in range(0, batch, group):
+        members = order[start:start + group]
+        if int(counts[members].max()) == 0:
+            continue
+        sub_bounds = [(l[members], u[members]) for l, u in bounds[:position + 1]]
+        low, high = _crown_layer_bounds_padded(plan, position, sub_bounds, deltas, center[members], radius[members])
+        new_lower[members], new_upper[members] = low, high
+    return new_lower, new_upper
+
+
+def _crown_layer_bounds_padded(plan: Plan, position: int, bounds, deltas, center, radius):
+    """:func:`_crown_layer_bounds` for one group of domains (every row padded to the group's max)."""
     lower, upper = bounds[position]
     batch = lower.shape[0]
     flat_lower, flat_upper = lower.reshape(batch, -1).clone(), upper.reshape(batch, -1).clone()
@@ -260,6 +308,9 @@ def _input_bounds(network: Network, input_set, dtype):
     shape = network.input_shape
     if tuple(lower.shape) == shape:
         lower, upper = lower.unsqueeze(0), upper.unsqueeze(0)
+    elif lower.dim() == 1 and lower.numel() == network.input_size and lower.shape == upper.shape:
+        # A flat box (e.g. read from VNN-LIB, which numbers inputs X_0 … X_{n-1}) in row-major order.
+        lower, upper = lower.reshape(1, *shape), upper.reshape(1, *shape)
     if tuple(lower.shape[1:]) != shape or lower.shape != upper.shape:
         raise DataError(
             f"the input set has shape {tuple(lower.shape)}, but {network.source} takes inputs of shape {shape} "

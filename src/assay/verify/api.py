@@ -12,9 +12,13 @@ from assay.nn.network import Network
 from assay.verify.attack import search
 from assay.verify.input_split import SearchStats, input_split
 from assay.verify.problem import UnsafeQuery, from_required, from_unsafe
+from assay.verify.relu_split import relu_split
 from assay.verify.result import Counterexample, VerificationResult, VerificationStatus
 
-__all__ = ["verify", "verify_vnnlib"]
+__all__ = ["verify", "verify_vnnlib", "INPUT_SPLIT_MAX_INPUTS"]
+
+# Input splitting halves one input per step: beyond a handful of inputs ReLU splitting wins.
+INPUT_SPLIT_MAX_INPUTS = 16
 
 
 def verify(
@@ -28,6 +32,7 @@ def verify(
     dtype: str = "float64",
     batch_size: int = 1024,
     attack_restarts: int = 32,
+    strategy: str = "auto",
     rng: np.random.Generator | None = None,
     progress=None,
 ) -> VerificationResult:
@@ -45,6 +50,9 @@ def verify(
         dtype: working dtype of the bounds (``"float64"`` default).
         batch_size: boxes bounded per call.
         attack_restarts: PGD restarts before branching (0 disables the attack).
+        strategy: ``"input"`` (split the input box; best for few inputs, e.g. ACAS Xu),
+            ``"relu"`` (split unstable ReLUs with β-CROWN; for many inputs) or ``"auto"``
+            (input splitting up to :data:`INPUT_SPLIT_MAX_INPUTS` inputs, else ReLU splitting).
         rng: randomness of the attack (default: a fixed seed, so runs are repeatable).
         progress: optional callable ``(fraction of the input volume decided, pending boxes)``.
 
@@ -55,7 +63,7 @@ def verify(
     if (spec is None) == (unsafe is None):
         raise OptionError("verify takes exactly one of spec=(required output region) or unsafe=(forbidden outputs)")
     queries = from_required(network, input_set, spec) if spec is not None else from_unsafe(network, input_set, unsafe)
-    return _run(network, queries, timeout, method, dtype, batch_size, attack_restarts, rng, progress)
+    return _run(network, queries, timeout, method, dtype, batch_size, attack_restarts, strategy, rng, progress)
 
 
 def verify_vnnlib(network: Network, prop, **options) -> VerificationResult:
@@ -67,8 +75,8 @@ def verify_vnnlib(network: Network, prop, **options) -> VerificationResult:
 
 
 def _with_defaults(options: dict) -> dict:
-    defaults = dict(timeout=300.0, method="crown", dtype="float64", batch_size=1024, attack_restarts=32, rng=None,
-                    progress=None)
+    defaults = dict(timeout=300.0, method="crown", dtype="float64", batch_size=1024, attack_restarts=32,
+                    strategy="auto", rng=None, progress=None)
     unknown = set(options) - set(defaults)
     if unknown:
         raise OptionError(f"unknown verify option(s) {sorted(unknown)}; known: {sorted(defaults)}")
@@ -76,8 +84,12 @@ def _with_defaults(options: dict) -> dict:
     return defaults
 
 
-def _run(network, queries, timeout, method, dtype, batch_size, attack_restarts, rng, progress) -> VerificationResult:
+def _run(network, queries, timeout, method, dtype, batch_size, attack_restarts, strategy, rng,
+         progress) -> VerificationResult:
     check_float(timeout, "timeout", "verify", minimum=0.0, strict=True)
+    check_choice(strategy, "strategy", "verify", ("auto", "input", "relu"))
+    if strategy == "auto":
+        strategy = "input" if network.input_size <= INPUT_SPLIT_MAX_INPUTS else "relu"
     check_choice(method, "method", "verify", ("crown", "alpha", "ibp"))
     check_int(batch_size, "batch_size", "verify", minimum=1)
     check_int(attack_restarts, "attack_restarts", "verify", minimum=0)
@@ -92,7 +104,8 @@ def _run(network, queries, timeout, method, dtype, batch_size, attack_restarts, 
             counterexample = Counterexample(found[0].reshape(network.input_shape), found[1], query_index)
         return VerificationResult(status, counterexample, {
             "domains": stats.domains, "bound_calls": stats.bound_calls, "max_pending": stats.max_pending,
-            "attacks": stats.attacks, "queries": len(queries), "seconds": time.monotonic() - started,
+            "attacks": stats.attacks, "queries": len(queries), "strategy": strategy,
+            "seconds": time.monotonic() - started,
         })
 
     if attack_restarts:
@@ -103,8 +116,12 @@ def _run(network, queries, timeout, method, dtype, batch_size, attack_restarts, 
                 return finish(VerificationStatus.VIOLATED, found, query.index)
     worst = VerificationStatus.HOLDS
     for query in queries:
-        status, found = input_split(network, query, deadline, method=method, dtype=dtype, batch_size=batch_size,
-                                    stats=stats, progress=progress)
+        if strategy == "input":
+            status, found = input_split(network, query, deadline, method=method, dtype=dtype,
+                                        batch_size=batch_size, stats=stats, progress=progress)
+        else:
+            status, found = relu_split(network, query, deadline, dtype=dtype, batch_size=min(batch_size, 256),
+                                       stats=stats, progress=progress)
         if status is VerificationStatus.VIOLATED:
             return finish(status, found, query.index)
         if status is VerificationStatus.TIMEOUT:

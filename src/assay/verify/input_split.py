@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from assay.bounds import IntermediateBounds, compute_bounds
+from assay.bounds._ops import ReluStage, plan_for
 from assay.nn.network import Network
 from assay.verify.attack import confirm, pgd
 from assay.verify.problem import UnsafeQuery
@@ -68,6 +69,7 @@ def input_split(
         result = compute_bounds(
             network, (lower.reshape(-1, *shape), upper.reshape(-1, *shape)), spec=(query.C, query.d),
             method=method, dtype=dtype, sides="upper", return_linear=True, intermediate=parents,
+            intermediate_method="forward" if parents is not None else "crown",
         )
         stats.bound_calls += 1
         stats.domains += lower.shape[0]
@@ -76,10 +78,16 @@ def input_split(
         # A conjunction is unreachable on a box when max_x min_i row_i(x) < 0 there.
         group_upper = _conjunction_upper(result, lower, upper, query.groups, grids)
         safe = (group_upper < 0).all(1)
-        done_volume += float(((upper[safe] - lower[safe]) / full_width).prod(1).sum())
+        # Inside a box, only points where every row of some conjunction can be ≥ 0 matter:
+        # shrink each box to the hull of those regions (and drop it if they are empty).
+        clipped_lower, clipped_upper, empty = _clip_boxes(result.linear, lower, upper, query.groups, group_upper)
+        safe = safe | empty
+        volume = lambda lo, hi: ((hi - lo) / full_width).prod(1)  # noqa: E731
+        done_volume += float(volume(lower[safe], upper[safe]).sum())
         open_ = ~safe
         if open_.any():
-            lower, upper = lower[open_], upper[open_]
+            done_volume += float((volume(lower[open_], upper[open_]) - volume(clipped_lower[open_], clipped_upper[open_])).sum())
+            lower, upper = clipped_lower[open_], clipped_upper[open_]
             inherited = result.intermediate.select(open_) if result.intermediate is not None else None
             rows = best_row[open_]
             # Linear upper bound of each open box's most promising row: y_r ≤ A·x + b.
@@ -95,7 +103,10 @@ def input_split(
             width = upper - lower
             if (width <= _MIN_RELATIVE_WIDTH * full_width).all(1).any():
                 return VerificationStatus.UNKNOWN, None
-            score = A.abs() * width
+            # ReluVal's smear (gradient bound × width) beats the output's linear sensitivity
+            # |A|·width by far on ACAS Xu: the looseness lives in the unstable ReLUs, which
+            # |A| does not see (1_3 prop 1: 133 boxes against > 160,000 undecided).
+            score = _smear(network, inherited, query.C[rows]) * width
             dim = score.argmax(1)
             arange = torch.arange(lower.shape[0])
             middle = (lower[arange, dim] + upper[arange, dim]) / 2
@@ -189,6 +200,62 @@ def _conjunction_upper(result, lower, upper, groups, grids) -> torch.Tensor:
             rows_bound = torch.minimum(rows_bound, box_max.amin(1))
         per_group.append(rows_bound)
     return torch.stack(per_group, 1)
+
+
+def _clip_boxes(linear, lower, upper, groups, group_upper):
+    """Shrink boxes to the part that can hold a violation, using the rows' linear upper bounds.
+
+    A violation of group g needs a_i·x + b_i ≥ 0 for every row i of g. With
+    s_i = max over the box of a_i·x + b_i, that forces x_j ≥ u_j − s_i / a_ij when a_ij > 0
+    and x_j ≤ l_j + s_i / |a_ij| when a_ij < 0. Each group gives a box (empty when some
+    row's s_i < 0); the result is the hull of the groups' boxes. Returns
+    (lower, upper, empty (B,)). Rounding only ever enlarges the clipped boxes (s_i is
+    inflated and the new bounds moved outwards), so no violation is cut away.
+    """
+    B, n = lower.shape
+    A = linear.upper_A.reshape(B, -1, n)
+    b = linear.upper_b
+    peak = torch.maximum(A * lower.unsqueeze(1), A * upper.unsqueeze(1))
+    scale = (A.abs() * torch.maximum(lower.abs(), upper.abs()).unsqueeze(1)).sum(2) + b.abs()
+    slack = peak.sum(2) + b + 1e-12 * scale  # ≥ the true max of each row's linear bound on the box
+    hull_lower = torch.full_like(lower, torch.inf)
+    hull_upper = torch.full_like(upper, -torch.inf)
+    width = upper - lower
+    for g in range(int(groups.max()) + 1):
+        in_group = groups == g
+        A_g, slack_g = A[:, in_group], slack[:, in_group].unsqueeze(2)  # (B, m, n), (B, m, 1)
+        reach = slack_g / A_g.abs()  # inf where a_ij = 0: no constraint
+        reach = torch.where(torch.isnan(reach), torch.inf, reach)
+        margin = 1e-9 * width.unsqueeze(1) + 1e-12
+        g_lower = torch.where(A_g > 0, upper.unsqueeze(1) - reach - margin, lower.unsqueeze(1)).amax(1)
+        g_upper = torch.where(A_g < 0, lower.unsqueeze(1) + reach + margin, upper.unsqueeze(1)).amin(1)
+        g_lower, g_upper = torch.maximum(g_lower, lower), torch.minimum(g_upper, upper)
+        g_empty = (g_lower > g_upper).any(1) | (group_upper[:, g] < 0)
+        hull_lower = torch.where(g_empty.unsqueeze(1), hull_lower, torch.minimum(hull_lower, g_lower))
+        hull_upper = torch.where(g_empty.unsqueeze(1), hull_upper, torch.maximum(hull_upper, g_upper))
+    empty = (hull_lower > hull_upper).any(1)
+    return torch.where(empty.unsqueeze(1), lower, hull_lower), torch.where(empty.unsqueeze(1), upper, hull_upper), empty
+
+
+def _smear(network, intermediate, rows):
+    """ReluVal's smear: a bound on |∂row/∂x_j| over each box, from the ReLUs that may be active.
+
+    Backward through |W|, keeping neurons whose upper bound is positive (active or unstable):
+    the gradient of the row w.r.t. x_j lies within ± the result. rows: (B, n_out) → (B, n_in).
+    """
+    plan = plan_for(network, torch.float64)
+    g = rows.abs().unsqueeze(1).reshape(rows.shape[0], 1, *network.output_shape)
+    k = len(plan.relu_positions)
+    for position in range(len(plan.stages) - 1, -1, -1):
+        stage = plan.stages[position]
+        if isinstance(stage, ReluStage):
+            k -= 1
+            g = g * (intermediate.upper[k] > 0).unsqueeze(1)
+        elif stage.abs_weight is not None:
+            g = stage.backward_abs(g)
+        else:
+            g = stage.backward(g)
+    return g.reshape(rows.shape[0], -1)
 
 
 def _row_to_refine(row_upper: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,217 @@
+"""Branch and bound over ReLU phases with β-CROWN (for networks with many inputs).
+
+Input splitting scales with the input dimension; for images and other wide inputs the box
+stays whole and the search splits unstable ReLUs instead (Wang et al., β-CROWN, NeurIPS 2021).
+A *domain* is a split history: some neurons fixed to z ≥ 0 or z ≤ 0. Each round bounds a
+batch of domains with β-CROWN (split constraints enter as optimised Lagrange multipliers,
+intermediate bounds are inherited from the parent and clamped by the splits), drops the
+domains where some row of the unsafe conjunction has a negative upper bound, probes the rest
+for counterexamples and splits each on the unstable neuron with the best BaBSR-style score
+(the row's gradient bound through the neuron times the area of its relaxation; Bunel et al.,
+JMLR 2020).
+
+Soundness: a group is refuted only when every leaf of the split tree (each a set of inputs
+whose union is the whole box) has a sound negative upper bound or is empty; VIOLATED only
+with a point confirmed by a float64 forward pass.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from assay.bounds import AlphaCrownOptions, BetaCrownOptions, IntermediateBounds, compute_bounds
+from assay.bounds._ops import ReluStage, plan_for
+from assay.nn.network import Network
+from assay.verify.attack import confirm, pgd
+from assay.verify.input_split import SearchStats
+from assay.verify.problem import UnsafeQuery
+from assay.verify.result import VerificationStatus
+
+
+def relu_split(
+    network: Network,
+    query: UnsafeQuery,
+    deadline: float,
+    *,
+    dtype: str = "float64",
+    batch_size: int = 256,
+    stats: SearchStats,
+    progress: Callable[[float, int], None] | None = None,
+    beta_iterations: int = 10,
+) -> tuple[VerificationStatus, tuple[torch.Tensor, torch.Tensor] | None]:
+    """Decide one unsafe query by ReLU splitting. Returns (status, (x, y) for VIOLATED).
+
+    Each conjunction (group) of the query is refuted separately; the query holds when all are.
+    """
+    worst = VerificationStatus.HOLDS
+    groups = int(query.groups.max()) + 1
+    for g in range(groups):
+        rows = query.groups == g
+        status, found = _refute_conjunction(
+            network, query, query.C[rows], query.d[rows], deadline, dtype, batch_size, stats, beta_iterations,
+            (lambda done, pending, g=g: progress((g + done) / groups, pending)) if progress else None,
+        )
+        if status in (VerificationStatus.VIOLATED, VerificationStatus.TIMEOUT):
+            return status, found
+        if status is VerificationStatus.UNKNOWN:
+            worst = status
+    return worst, None
+
+
+def _refute_conjunction(network, query, C, d, deadline, dtype, batch_size, stats, beta_iterations, progress):
+    shape = network.input_shape
+    box = (query.lower.reshape(1, *shape), query.upper.reshape(1, *shape))
+    root = compute_bounds(network, box, spec=(C, d), method="alpha", dtype=dtype, sides="upper",
+                          options=AlphaCrownOptions(iterations=20), return_linear=True)
+    stats.bound_calls += 1
+    stats.domains += 1
+    if (root.upper < 0).any():
+        return VerificationStatus.HOLDS, None
+    found = _probe(network, query, root, torch.ones(1, dtype=torch.bool))
+    if found is not None:
+        return VerificationStatus.VIOLATED, found
+    relu_shapes = [t.shape[1:] for t in root.intermediate.lower]
+    empty_splits = [torch.zeros(1, *s, dtype=torch.int8) for s in relu_shapes]
+    # Pending domains in chunks: (splits per layer, the parent's intermediate bounds, parent's row bounds).
+    children = _branch(network, C, empty_splits, root.intermediate, root.upper)
+    if children is None:
+        return VerificationStatus.UNKNOWN, None
+    pending = 2
+    pending_chunks = [(children[0], children[1], torch.ones(2, dtype=torch.long))]
+    done_mass = 0.0  # fraction of the split tree's leaves closed, weighting a depth-k leaf by 2^-k
+    options = BetaCrownOptions(iterations=beta_iterations)
+    while pending_chunks:
+        if time.monotonic() > deadline:
+            return VerificationStatus.TIMEOUT, None
+        splits, parents, depth = _take(pending_chunks, batch_size)
+        count = splits[0].shape[0]
+        pending -= count
+        result = compute_bounds(
+            network, (box[0].expand(count, *shape), box[1].expand(count, *shape)), spec=(C, d),
+            method="beta", dtype=dtype, sides="upper", splits=[s.to(torch.int64) for s in splits],
+            intermediate=parents, options=options, return_linear=True,
+        )
+        stats.bound_calls += 1
+        stats.domains += count
+        closed = (result.upper < 0).any(1)
+        done_mass += float(torch.pow(2.0, -depth[closed].to(torch.float64)).sum())
+        open_ = ~closed
+        if open_.any():
+            found = _probe(network, query, result, open_, attack=stats.bound_calls % 4 == 0)
+            if found is not None:
+                return VerificationStatus.VIOLATED, found
+            children = _branch(
+                network, C, [s[open_] for s in splits], result.intermediate.select(open_), result.upper[open_],
+            )
+            if children is None:
+                # Every ReLU of some open domain is fixed and its bound still allows a violation:
+                # the corner probes found no point, and deciding it would need an LP.
+                return VerificationStatus.UNKNOWN, None
+            child_splits, child_parents, _ = children
+            pending_chunks.append((child_splits, child_parents, (depth[open_] + 1).repeat(2)))
+            pending += child_splits[0].shape[0]
+        stats.max_pending = max(stats.max_pending, pending)
+        if progress is not None:
+            progress(done_mass, pending)
+    return VerificationStatus.HOLDS, None
+
+
+def _probe(network, query, result, open_, attack: bool = False):
+    """Corners of the box that maximise the open domains' linear upper bounds (+ the center);
+    with ``attack``, also PGD started from the corners of the 16 least refuted domains."""
+    A = result.linear.upper_A[open_]
+    A = A.reshape(A.shape[0], A.shape[1], -1)
+    lower, upper = query.lower, query.upper
+    corners = torch.where(A > 0, upper, lower)  # (B, S, n)
+    candidates = torch.cat([corners.reshape(-1, lower.numel())[:512], ((lower + upper) / 2).unsqueeze(0)])
+    found = confirm(network, query, candidates)
+    if found is None and attack:
+        worst = result.upper[open_].amin(1).argsort(descending=True)[:16]
+        starts = corners[worst, result.upper[open_][worst].argmin(1)]
+        x, _ = pgd(network, query, lower.expand_as(starts), upper.expand_as(starts), starts, steps=20)
+        found = confirm(network, query, x)
+    return found
+
+
+def _branch(network, C, splits, intermediate: IntermediateBounds, row_upper):
+    """Two children per domain, splitting its best-scoring unstable, unsplit ReLU.
+
+    Returns (child splits per layer, child intermediate bounds, None) or None when some domain
+    has no unstable neuron left.
+    """
+    count = splits[0].shape[0]
+    scores = _babsr_scores(network, C, splits, intermediate, row_upper)
+    flat = torch.cat([s.reshape(count, -1) for s in scores], 1)
+    best = flat.argmax(1)
+    if (flat[torch.arange(count), best] <= 0).any():
+        return None
+    sizes = [s[0].numel() for s in splits]
+    offsets = torch.tensor([0] + sizes[:-1]).cumsum(0)
+    children = []
+    for sign in (1, -1):
+        child = []
+        for k, s in enumerate(splits):
+            flat_split = s.reshape(count, -1).clone()
+            in_layer = (best >= offsets[k]) & (best < offsets[k] + sizes[k])
+            rows = in_layer.nonzero().flatten()
+            flat_split[rows, best[rows] - offsets[k]] = sign
+            child.append(flat_split.reshape(s.shape))
+        children.append(child)
+    child_splits = [torch.cat([children[0][k], children[1][k]]) for k in range(len(splits))]
+    both = torch.cat([torch.arange(count), torch.arange(count)])
+    return child_splits, intermediate.select(both), None
+
+
+def _babsr_scores(network, C, splits, intermediate, row_upper):
+    """Per ReLU layer, (B, *shape) scores: > 0 only on unstable, unsplit neurons.
+
+    The row the domain is closest to refuting (least upper bound) is pushed backwards through
+    |W| and the ReLUs that may be active, giving a bound on its sensitivity to each neuron; the
+    score multiplies it by the relaxation's intercept u·(−l)/(u − l), the looseness a split removes.
+    """
+    plan = plan_for(network, torch.float64)
+    count = splits[0].shape[0]
+    row = C[row_upper.argmin(1)].abs()  # (B, n_out)
+    g = row.reshape(count, 1, *network.output_shape).to(torch.float64)
+    k = len(plan.relu_positions)
+    scores: list[torch.Tensor] = [None] * k  # type: ignore[list-item]
+    for position in range(len(plan.stages) - 1, -1, -1):
+        stage = plan.stages[position]
+        if isinstance(stage, ReluStage):
+            k -= 1
+            lower, upper = intermediate.lower[k], intermediate.upper[k]
+            unstable = (lower < 0) & (upper > 0) & (splits[k] == 0)
+            area = torch.where(unstable, upper * (-lower) / (upper - lower).clamp(min=1e-30), torch.zeros_like(lower))
+            scores[k] = g.squeeze(1) * area
+            g = g * (upper > 0).unsqueeze(1)
+        elif stage.abs_weight is not None:
+            g = stage.backward_abs(g)
+        else:
+            g = stage.backward(g)
+    return scores
+
+
+def _take(chunks: list, count: int):
+    """Pop up to ``count`` domains from the end of the pending chunks (depth first)."""
+    taken_splits, taken_parents, taken_depths, have = [], [], [], 0
+    while chunks and have < count:
+        splits, parents, depth = chunks.pop()
+        n = splits[0].shape[0]
+        need = count - have
+        if n > need:
+            keep, take = slice(0, n - need), slice(n - need, n)
+            chunks.append(([s[keep] for s in splits], parents.select(keep), depth[keep]))
+            splits, parents, depth = [s[take] for s in splits], parents.select(take), depth[take]
+        taken_splits.append(splits)
+        taken_parents.append(parents)
+        taken_depths.append(depth)
+        have += splits[0].shape[0]
+    layers = len(taken_splits[0])
+    merged = IntermediateBounds(
+        tuple(torch.cat([p.lower[k] for p in taken_parents]) for k in range(layers)),
+        tuple(torch.cat([p.upper[k] for p in taken_parents]) for k in range(layers)),
+    )
+    return [torch.cat([s[k] for s in taken_splits]) for k in range(layers)], merged, torch.cat(taken_depths)
