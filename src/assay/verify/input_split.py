@@ -69,7 +69,6 @@ def input_split(
         result = compute_bounds(
             network, (lower.reshape(-1, *shape), upper.reshape(-1, *shape)), spec=(query.C, query.d),
             method=method, dtype=dtype, sides="upper", return_linear=True, intermediate=parents,
-            intermediate_method="forward" if parents is not None else "crown",
         )
         stats.bound_calls += 1
         stats.domains += lower.shape[0]
