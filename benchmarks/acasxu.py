@@ -57,6 +57,37 @@ def run_marabou(onnx_path: Path, prop, timeout: float) -> tuple[str, float]:
     return verdict, time.perf_counter() - started
 
 
+def _write(name: str, records: list[dict], disagreements: list[dict], final: bool) -> str:
+    """Write the JSON and markdown results so far (after every instance: a long run keeps its work)."""
+    decided = ("holds", "violated")
+    both = [r for r in records if r.get("marabou") in decided and r["assay"] in decided]
+    ours_total = sum(r["assay_seconds"] for r in both)
+    theirs_total = sum(r["marabou_seconds"] for r in both)
+    summary = {
+        "instances": len(records),
+        "assay_decided": sum(r["assay"] in decided for r in records),
+        "assay_holds": sum(r["assay"] == "holds" for r in records),
+        "assay_violated": sum(r["assay"] == "violated" for r in records),
+        "assay_total_seconds": sum(r["assay_seconds"] for r in records),
+        "marabou_instances": sum("marabou" in r for r in records),
+        "marabou_decided": sum(r.get("marabou") in decided for r in records),
+        "both_decided": len(both),
+        "assay_seconds_on_both": ours_total,
+        "marabou_seconds_on_both": theirs_total,
+        "speedup_on_both": (theirs_total / ours_total) if ours_total else None,
+        "disagreements": len(disagreements),
+    }
+    rows = [[r["network"], r["property"], r["assay"], f"{r['assay_seconds']:.2f}", r.get("marabou", "–"),
+             f"{r['marabou_seconds']:.2f}" if "marabou_seconds" in r else "–"] for r in records]
+    status = "" if final else " — run in progress"
+    table = (f"# ACAS Xu: assay vs Marabou ({len(records)} instances{status})\n\n"
+             + markdown_table(list(summary), [[f"{v:.2f}" if isinstance(v, float) else v for v in summary.values()]])
+             + "\n" + markdown_table(["network", "property", "assay", "assay s", "Marabou", "Marabou s"], rows)
+             + f"\nMachine: {machine()}\n")
+    write_results(name, {"machine": machine(), "summary": summary, "records": records, "complete": final}, table)
+    return table
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--instances", type=int, default=None, help="run only the first N instances of the CSV")
@@ -94,35 +125,12 @@ def main(argv=None) -> int:
             if record["assay"] in decided and verdict in decided and record["assay"] != verdict:
                 disagreements.append(record)
         records.append(record)
+        _write(args.name, records, disagreements, final=False)
         print(f"[{number}/{len(instances)}] {row['network']} {row['property']}: assay {record['assay']} "
               f"{ours_seconds:.2f}s" + (f", marabou {record['marabou']} {record['marabou_seconds']:.2f}s" if "marabou" in record else ""),
               flush=True)
 
-    decided = ("holds", "violated")
-    both = [r for r in records if r.get("marabou") in decided and r["assay"] in decided]
-    ours_total = sum(r["assay_seconds"] for r in both)
-    theirs_total = sum(r["marabou_seconds"] for r in both)
-    summary = {
-        "instances": len(records),
-        "assay_decided": sum(r["assay"] in decided for r in records),
-        "assay_holds": sum(r["assay"] == "holds" for r in records),
-        "assay_violated": sum(r["assay"] == "violated" for r in records),
-        "assay_total_seconds": sum(r["assay_seconds"] for r in records),
-        "marabou_instances": sum("marabou" in r for r in records),
-        "marabou_decided": sum(r.get("marabou") in decided for r in records),
-        "both_decided": len(both),
-        "assay_seconds_on_both": ours_total,
-        "marabou_seconds_on_both": theirs_total,
-        "speedup_on_both": (theirs_total / ours_total) if ours_total else None,
-        "disagreements": len(disagreements),
-    }
-    rows = [[r["network"], r["property"], r["assay"], f"{r['assay_seconds']:.2f}", r.get("marabou", "–"),
-             f"{r['marabou_seconds']:.2f}" if "marabou_seconds" in r else "–"] for r in records]
-    table = (f"# ACAS Xu: assay vs Marabou ({len(records)} instances)\n\n"
-             + markdown_table(list(summary), [[f"{v:.2f}" if isinstance(v, float) else v for v in summary.values()]])
-             + "\n" + markdown_table(["network", "property", "assay", "assay s", "Marabou", "Marabou s"], rows)
-             + f"\nMachine: {machine()}\n")
-    write_results(args.name, {"machine": machine(), "summary": summary, "records": records}, table)
+    table = _write(args.name, records, disagreements, final=True)
     print(table)
     if disagreements:
         print(f"DISAGREEMENT between assay and Marabou on {len(disagreements)} instance(s): {disagreements}", file=sys.stderr)
