@@ -148,3 +148,29 @@ def test_bad_requests_raise_clear_errors():
         verify(network, box(3), unsafe=unsafe_region([[1.0, -1.0, 0.0]], [0.0]))
     with pytest.raises(OptionError, match="timeout"):
         verify(network, box(3), unsafe=unsafe_region([[1.0, -1.0]], [0.0]), timeout=0)
+
+
+@pytest.mark.data
+@pytest.mark.parametrize("network_name, prop, expected", [
+    ("1_1", 1, VerificationStatus.HOLDS),
+    ("1_2", 3, VerificationStatus.HOLDS),
+    ("2_1", 2, VerificationStatus.VIOLATED),
+    ("1_4", 2, VerificationStatus.VIOLATED),
+    ("3_2", 2, VerificationStatus.VIOLATED),
+])
+def test_acas_xu_instances_end_to_end(data_dir, network_name, prop, expected):
+    """Fast ACAS Xu instances (verdicts agree with Marabou in benchmarks/acasxu.py)."""
+    from assay.nn import load
+    from assay.sets import read_vnnlib
+    from assay.verify import verify_vnnlib
+
+    network = load(data_dir / "acasxu" / f"ACASXU_run2a_{network_name}_batch_2000.onnx")
+    vnnlib = read_vnnlib(data_dir / "acasxu" / f"prop_{prop}.vnnlib", network.input_size, network.output_size)
+    result = verify_vnnlib(network, vnnlib, timeout=100)
+    assert result.status is expected, result.stats
+    if expected is VerificationStatus.VIOLATED:
+        counterexample = result.counterexample
+        query = vnnlib.queries[counterexample.query]
+        assert query.input_set.contains(counterexample.input.reshape(-1))
+        y = network.forward(counterexample.input.reshape(1, *network.input_shape)).reshape(-1)
+        assert query.unsafe_outputs.contains(y)
