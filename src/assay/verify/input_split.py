@@ -194,8 +194,12 @@ def _conjunction_upper(result, lower, upper, groups, grids) -> torch.Tensor:
             combined_A = torch.einsum("km,bmn->bkn", weights, A[:, in_group])
             combined_b = b[:, in_group] @ weights.T
             box_max = torch.maximum(combined_A * lower.unsqueeze(1), combined_A * upper.unsqueeze(1)).sum(2) + combined_b
-            # the rows' offsets already include rounding margins; the combination adds a few ulps
-            box_max = box_max + 1e-12 * (1 + box_max.abs())
+            # The rows' offsets already include their rounding margins; forming and maximising the
+            # combination adds at most (n + m + 2)·u relative to the magnitudes involved (Higham §3.1).
+            magnitude = torch.maximum(lower.abs(), upper.abs())
+            scale = (A[:, in_group].abs() * magnitude.unsqueeze(1)).sum(2) + b[:, in_group].abs()  # (B, m)
+            unit = torch.finfo(box_max.dtype).eps / 2
+            box_max = box_max + 4 * (lower.shape[1] + m + 2) * unit * (scale @ weights.T)
             rows_bound = torch.minimum(rows_bound, box_max.amin(1))
         per_group.append(rows_bound)
     return torch.stack(per_group, 1)
@@ -225,7 +229,8 @@ def _clip_boxes(linear, lower, upper, groups, group_upper):
         A_g, slack_g = A[:, in_group], slack[:, in_group].unsqueeze(2)  # (B, m, n), (B, m, 1)
         reach = slack_g / A_g.abs()  # inf where a_ij = 0: no constraint
         reach = torch.where(torch.isnan(reach), torch.inf, reach)
-        margin = 1e-9 * width.unsqueeze(1) + 1e-12
+        # covers the rounding of slack / |a| and of u − reach (relative to the values involved)
+        margin = (1e-9 * width + 1e-12 * (1 + torch.maximum(lower.abs(), upper.abs()))).unsqueeze(1)
         g_lower = torch.where(A_g > 0, upper.unsqueeze(1) - reach - margin, lower.unsqueeze(1)).amax(1)
         g_upper = torch.where(A_g < 0, lower.unsqueeze(1) + reach + margin, upper.unsqueeze(1)).amin(1)
         g_lower, g_upper = torch.maximum(g_lower, lower), torch.minimum(g_upper, upper)
