@@ -1,0 +1,1 @@
+"""The ``assay`` command line (``assay.cli.main:app``); one module per subcommand."""

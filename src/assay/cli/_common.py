@@ -1,0 +1,96 @@
+"""What every subcommand shares: error handling and exit codes, consoles, model and property files.
+
+Heavy modules (torch, the bound engine, the verifier) are imported inside the functions that need
+them, so that ``assay --version`` and ``assay --help`` start instantly.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import typer
+
+from assay.errors import AssayError, OptionError, SpecError
+
+# Exit codes of the assay command (documented in `assay --help` and the README).
+EXIT_OK = 0
+EXIT_ERROR = 2  # an AssayError (bad file, bad option) or a usage error
+EXIT_VIOLATED = 10  # assay verify: the property is violated (counterexample found)
+EXIT_UNDECIDED = 20  # assay verify: unknown or timeout
+EXIT_INTERRUPTED = 130  # Ctrl-C
+
+
+def handle_errors(command):
+    """Wrap a command so that an AssayError prints ``error: <message>`` and exits 2, Ctrl-C exits 130."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except AssayError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(EXIT_ERROR) from None
+        except KeyboardInterrupt:
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+
+    return wrapper
+
+
+def console():
+    """A rich console on stdout (plain text when stdout is not a terminal)."""
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def show_progress(json_output: bool = False) -> bool:
+    """Progress bars go to stderr, only on a terminal, and never alongside --json."""
+    try:
+        return not json_output and sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def parse_shape(text: str | None) -> tuple[int, ...] | None:
+    """``"1,5"`` → ``(1, 5)``; None stays None."""
+    if text is None:
+        return None
+    try:
+        shape = tuple(int(part) for part in text.replace("x", ",").split(",") if part.strip())
+    except ValueError:
+        shape = ()
+    if not shape or any(d < 1 for d in shape):
+        raise OptionError(f"--input-shape must be comma-separated positive ints without the batch dimension, "
+                          f"e.g. 1,28,28 or 5; got {text!r}")
+    return shape
+
+
+def load_network(path, input_shape=None):
+    """Load a model file (``.onnx``, ``.nnet``, or either gzipped) into a Network."""
+    from assay.run.vnncomp import load_model_file
+
+    return load_model_file(path, input_shape)
+
+
+def read_property(path, network):
+    """Read a VNN-LIB file (or ``.vnnlib.gz``) sized for ``network``'s inputs and outputs."""
+    from assay.run.vnncomp import read_property_file
+
+    return read_property_file(path, network)
+
+
+def unsafe_rows(unsafe_outputs):
+    """An OutputSpec's rows: ``(C (m, n_out), d (m,), group (m,))``, C and d in float64.
+
+    The unsafe region is the union over groups g of {y : C_i y + d_i ≥ 0 for every row i in g}.
+    """
+    import torch
+
+    C, d, groups = unsafe_outputs.rows()
+    C, d = torch.as_tensor(C, dtype=torch.float64), torch.as_tensor(d, dtype=torch.float64)
+    groups = torch.as_tensor(groups, dtype=torch.long)
+    if C.dim() != 2 or C.shape[0] == 0:
+        raise SpecError("the property's output region has no half-space rows")
+    return C, d, groups

@@ -1,0 +1,59 @@
+"""``assay info MODEL``: what assay sees in a model file (layers, shapes, parameters, names)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from assay.cli._common import console, load_network, parse_shape
+
+__all__ = ["info", "describe"]
+
+
+def describe(network) -> dict:
+    """The JSON form of ``assay info``: names, shapes, one row per layer, totals."""
+    return {
+        "source": str(network.source),
+        "input": {"name": network.input_name, "shape": list(network.input_shape)},
+        "output": {"name": network.output_name, "shape": list(network.output_shape)},
+        "layers": network.summary(),
+        "parameters": network.num_parameters,
+        "relu_neurons": network.num_relus,
+    }
+
+
+def _shape(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def info(
+    model: Path = typer.Argument(..., help="Model file: .onnx or .nnet (optionally .gz)."),
+    input_shape: str = typer.Option(None, "--input-shape", help="Shape of one input without the batch "
+                                    "dimension, e.g. 1,28,28 (fills in dimensions the file leaves open)."),
+    json_output: bool = typer.Option(False, "--json", help="Print everything as JSON."),
+) -> None:
+    """Show the layers, shapes, parameter count and input/output names of a model."""
+    network = load_network(model, parse_shape(input_shape))
+    facts = describe(network)
+    if json_output:
+        typer.echo(json.dumps(facts, indent=2))
+        return
+    from rich.table import Table
+
+    out = console()
+    out.print(f"model   {facts['source']}")
+    out.print(f"input   {facts['input']['name']}  shape {_shape(network.input_shape)}")
+    out.print(f"output  {facts['output']['name']}  shape {_shape(network.output_shape)}")
+    table = Table(show_edge=False)
+    table.add_column("#", justify="right")
+    table.add_column("layer")
+    table.add_column("input shape")
+    table.add_column("output shape")
+    table.add_column("parameters", justify="right")
+    for row in facts["layers"]:
+        table.add_row(str(row["index"]), row["layer"], _shape(row["input_shape"]), _shape(row["output_shape"]),
+                      f"{row['parameters']:,}")
+    out.print(table)
+    out.print(f"{len(facts['layers'])} layers, {facts['parameters']:,} parameters, {facts['relu_neurons']:,} ReLU neurons")

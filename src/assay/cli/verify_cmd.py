@@ -1,0 +1,180 @@
+"""``assay verify``: decide one property, or run a whole VNN-COMP style benchmark.
+
+Exit codes (one instance): 0 holds, 10 violated, 20 unknown or timeout, 2 error, 130 Ctrl-C.
+With ``--instances``: 0 when every instance ran (whatever its verdict), 2 when some instance could
+not be run (bad file: status ``error`` in the results), 130 Ctrl-C (finished rows still written).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from pathlib import Path
+
+import typer
+
+from assay.cli._common import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_UNDECIDED,
+    EXIT_VIOLATED,
+    console,
+    load_network,
+    read_property,
+    show_progress,
+)
+from assay.errors import OptionError
+
+__all__ = ["verify"]
+
+DEFAULT_TIMEOUT = 300.0
+_METHODS = ("crown", "alpha", "ibp")
+_EXIT_FOR_STATUS = {"holds": 0, "violated": EXIT_VIOLATED, "unknown": EXIT_UNDECIDED, "timeout": EXIT_UNDECIDED}
+
+
+def verify(
+    model: Path = typer.Argument(None, metavar="MODEL", help="Model file: .onnx or .nnet (optionally .gz). Not with --instances."),
+    property_file: Path = typer.Argument(None, metavar="PROPERTY", help="VNN-LIB property (.vnnlib, optionally "
+                                         ".gz). Not with --instances."),
+    timeout: float = typer.Option(None, "--timeout", "-t", help=f"Seconds before giving up (status timeout); default "
+                                  f"{DEFAULT_TIMEOUT:g}. With --instances: for rows without a timeout."),
+    method: str = typer.Option("crown", "--method", "-m", help="Bound method of branch and bound: crown, alpha or ibp."),
+    json_output: bool = typer.Option(False, "--json", help="Print the full result(s) as JSON."),
+    instances: Path = typer.Option(None, "--instances", help="VNN-COMP instances CSV (rows network,property,timeout; "
+                                   "paths relative to the CSV's folder) to run instead of MODEL PROPERTY."),
+    workers: int = typer.Option(None, "--workers", "-w", help="With --instances: local worker processes (default: "
+                                "one per CPU core)."),
+    scheduler: str = typer.Option(None, "--scheduler", help="With --instances: run on the Dask cluster at this address "
+                                  "(e.g. tcp://10.0.0.5:8786) instead of a local process pool."),
+    out: Path = typer.Option(None, "--out", "-o", help="With --instances: write per-instance results to this CSV."),
+) -> None:
+    """Decide whether MODEL satisfies PROPERTY, or run every instance of an --instances CSV.
+
+    Exit codes: 0 holds, 10 violated (the counterexample, re-checked by a forward pass, is printed), 20 unknown or timeout, 2 error, 130 interrupted.
+
+    With --instances: 0 when every instance ran (verdicts are in the table and --out), 2 when some instance could not be run (status error), 130 interrupted (finished rows are still written).
+    """  # noqa: E501 (typer keeps a docstring's line breaks in --help)
+    if method not in _METHODS:
+        raise OptionError(f"--method must be one of {', '.join(_METHODS)}; got {method!r}")
+    if timeout is not None and not timeout > 0:
+        raise OptionError(f"--timeout must be a positive number of seconds; got {timeout}")
+    if instances is not None:
+        if model is not None or property_file is not None:
+            raise OptionError("give either MODEL PROPERTY or --instances CSV, not both")
+        if workers is not None and scheduler is not None:
+            raise OptionError("give --workers (a local pool) or --scheduler (a Dask cluster), not both")
+        if workers is not None and workers < 1:
+            raise OptionError(f"--workers must be ≥ 1; got {workers}")
+        code = _run_instances(instances, timeout, method, json_output, workers, scheduler, out)
+    else:
+        if model is None or property_file is None:
+            raise OptionError("give MODEL and PROPERTY (e.g. `assay verify net.onnx prop.vnnlib`), or --instances CSV")
+        for flag, value in (("--workers", workers), ("--scheduler", scheduler), ("--out", out)):
+            if value is not None:
+                raise OptionError(f"{flag} is only used with --instances")
+        code = _run_one(model, property_file, timeout if timeout is not None else DEFAULT_TIMEOUT, method, json_output)
+    if code:
+        raise typer.Exit(code)
+
+
+# ------------------------------------------------------------------------------- one instance
+def _run_one(model: Path, property_file: Path, timeout: float, method: str, json_output: bool) -> int:
+    from assay.verify import verify_vnnlib
+
+    network = load_network(model)
+    prop = read_property(property_file, network)
+    started = time.perf_counter()
+    if show_progress(json_output):
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("verifying"), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[pending]} boxes"),
+                      TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task("verify", total=1.0, pending=0)
+            result = verify_vnnlib(network, prop, timeout=timeout, method=method,
+                                   progress=lambda fraction, pending: bar.update(task, completed=fraction, pending=pending))
+    else:
+        result = verify_vnnlib(network, prop, timeout=timeout, method=method)
+    seconds = time.perf_counter() - started
+    status = result.status.value
+    if json_output:
+        payload = {"network": str(model), "property": str(property_file), "timeout": timeout, "method": method,
+                   "seconds": seconds} | result.to_json()
+        typer.echo(json.dumps(payload, indent=2))
+    else:
+        out = console()
+        stats = result.stats
+        out.print(f"{status}  ({seconds:.2f} s, {stats.get('domains', 0):,} domains, {stats.get('bound_calls', 0):,} "
+                  f"bound calls)")
+        if result.counterexample is not None:
+            example = result.counterexample
+            out.print(f"counterexample (query {example.query}), re-checked by a forward pass:")
+            out.print(f"  input  {_numbers(example.input)}")
+            out.print(f"  output {_numbers(example.output)}")
+        elif status == "timeout":
+            out.print(f"no verdict within {timeout:g} s; raise --timeout")
+        elif status == "unknown":
+            out.print("the search ended without a verdict (boxes too small to split further)")
+    return _EXIT_FOR_STATUS[status]
+
+
+def _numbers(tensor) -> str:
+    return "[" + ", ".join(f"{value:.9g}" for value in tensor.reshape(-1).tolist()) + "]"
+
+
+# ------------------------------------------------------------------------------- many instances
+def _run_instances(csv_path: Path, timeout, method, json_output, workers, scheduler, out) -> int:
+    from assay.run import TaskError, TasksInterrupted, run_tasks
+    from assay.run.vnncomp import read_instances, summarize, verify_instance, write_results
+
+    rows = read_instances(csv_path, default_timeout=timeout if timeout is not None else DEFAULT_TIMEOUT)
+    started = time.perf_counter()
+    interrupted = False
+    try:
+        results = run_tasks(functools.partial(verify_instance, method=method), rows, workers=workers,
+                            scheduler=scheduler, progress=show_progress(json_output),
+                            description=f"{len(rows)} instances", label=lambda row: f"{row.network}, {row.property}")
+    except (TasksInterrupted, TaskError) as stopped:
+        if stopped.results is None:
+            raise
+        finished = [result for result, done in zip(stopped.results, stopped.done) if done]
+        if out is not None:
+            write_results(out, finished)
+        if not isinstance(stopped, TasksInterrupted):
+            raise
+        results, interrupted = finished, True
+    wall = time.perf_counter() - started
+    if out is not None:
+        write_results(out, results)
+    summary = summarize(results) | {"wall_seconds": wall, "interrupted": interrupted, "planned": len(rows)}
+    if json_output:
+        typer.echo(json.dumps({"summary": summary, "results": results}, indent=2))
+    else:
+        _print_summary(summary, results, out)
+    if interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_ERROR if summary["counts"]["error"] else 0
+
+
+def _print_summary(summary: dict, results: list[dict], out_path) -> None:
+    from rich.table import Table
+
+    out = console()
+    table = Table(title=f"{summary['instances']} of {summary['planned']} instances"
+                  + (" (interrupted)" if summary["interrupted"] else ""), show_edge=False)
+    table.add_column("status")
+    table.add_column("instances", justify="right")
+    table.add_column("seconds", justify="right")
+    for status, count in summary["counts"].items():
+        if count or status != "error":
+            seconds = sum(row["seconds"] for row in results if row["status"] == status)
+            table.add_row(status, str(count), f"{seconds:.1f}")
+    table.add_row("total", str(summary["instances"]), f"{summary['total_seconds']:.1f}", style="bold")
+    out.print(table)
+    out.print(f"wall time {summary['wall_seconds']:.1f} s")
+    for row in results:
+        if row["status"] == "error":
+            out.print(f"error in {row['network']}, {row['property']}: {row['error']}")
+    if out_path is not None:
+        out.print(f"results written to {out_path}")

@@ -1,0 +1,193 @@
+"""VNN-COMP style benchmarks: the instances CSV, one worker per instance, the results CSV.
+
+An instances file has one row per instance, ``network,property,timeout`` (no header; VNN-COMP's
+``instances.csv``), with paths relative to the CSV's folder (absolute paths are kept). Model and
+property files may be gzipped (``.onnx.gz``, ``.vnnlib.gz``), as some VNN-COMP benchmarks ship them.
+
+:func:`verify_instance` is the module-level worker that :func:`assay.run.run_tasks` sends to a
+process pool or a Dask cluster: it loads, verifies and returns a plain dict, and records a bad
+file as status ``"error"`` (the other instances still run).
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import shutil
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from assay.errors import AssayError, DataError, ModelLoadError, SpecError
+
+__all__ = [
+    "Instance",
+    "read_instances",
+    "verify_instance",
+    "write_results",
+    "summarize",
+    "load_model_file",
+    "read_property_file",
+    "STATUSES",
+    "RESULT_COLUMNS",
+]
+
+STATUSES = ("holds", "violated", "unknown", "timeout", "error")
+RESULT_COLUMNS = ("network", "property", "timeout", "status", "seconds", "verify_seconds", "counterexample", "error")
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One row of an instances CSV: paths as written, resolved paths, timeout (s), line number."""
+
+    network: str
+    property: str
+    timeout: float
+    network_path: Path
+    property_path: Path
+    line: int
+
+
+def read_instances(path, default_timeout: float | None = None) -> list[Instance]:
+    """Parse ``network,property[,timeout]`` rows; a header row (non-numeric timeout) is skipped.
+
+    Rows without a timeout take ``default_timeout``; without one either, the row is an error.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such instances file")
+    folder = path.parent
+    instances = []
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            rows = list(csv.reader(handle))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise DataError(f"{path}: cannot read the instances CSV ({exc})") from exc
+    for line, row in enumerate(rows, start=1):
+        row = [cell.strip() for cell in row]
+        if not any(row) or row[0].startswith("#"):
+            continue
+        if len(row) not in (2, 3):
+            raise DataError(f"{path}, line {line}: expected `network,property,timeout`; got {len(row)} columns")
+        if len(row) == 3 and row[2]:
+            try:
+                timeout = float(row[2])
+            except ValueError:
+                if not instances and line == 1:  # a header such as network,property,timeout
+                    continue
+                raise DataError(f"{path}, line {line}: the timeout {row[2]!r} is not a number of seconds") from None
+        elif default_timeout is not None:
+            timeout = float(default_timeout)
+        else:
+            raise DataError(f"{path}, line {line}: no timeout; add a third column or pass a default timeout")
+        if not timeout > 0:
+            raise DataError(f"{path}, line {line}: the timeout must be > 0 seconds; got {row[2]!r}")
+        instances.append(Instance(row[0], row[1], timeout, _resolve(folder, row[0]), _resolve(folder, row[1]), line))
+    if not instances:
+        raise DataError(f"{path}: no instances (expected rows `network,property,timeout`)")
+    return instances
+
+
+def _resolve(folder: Path, name: str) -> Path:
+    candidate = Path(name).expanduser()
+    return candidate if candidate.is_absolute() else folder / candidate
+
+
+def _gunzipped(path: Path, directory: str) -> Path:
+    target = Path(directory) / path.name[: -len(".gz")]
+    try:
+        with gzip.open(path, "rb") as source, open(target, "wb") as sink:
+            shutil.copyfileobj(source, sink)
+    except (OSError, EOFError) as exc:
+        raise DataError(f"{path}: cannot decompress ({exc})") from exc
+    return target
+
+
+def _existing(path: Path, what: str, error) -> Path:
+    if not path.exists():
+        raise error(f"{path}: no such {what} file")
+    if path.is_dir():
+        raise error(f"{path}: is a folder, expected a {what} file")
+    return path
+
+
+def load_model_file(path, input_shape=None):
+    """Load a ``.onnx``/``.nnet`` file, or a gzipped one, into a :class:`~assay.nn.Network`."""
+    from assay.nn import load
+
+    path = _existing(Path(path), "model", ModelLoadError)
+    if path.suffix.lower() == ".gz":
+        with tempfile.TemporaryDirectory(prefix="assay-") as directory:
+            return load(_gunzipped(path, directory), input_shape=input_shape)
+    return load(path, input_shape=input_shape)
+
+
+def read_property_file(path, network):
+    """Read a VNN-LIB file (or ``.vnnlib.gz``) with the network's input and output counts."""
+    from assay.sets import read_vnnlib
+
+    path = _existing(Path(path), "property", SpecError)
+    sizes = dict(num_inputs=network.input_size, num_outputs=network.output_size)
+    if path.suffix.lower() == ".gz":
+        with tempfile.TemporaryDirectory(prefix="assay-") as directory:
+            return read_vnnlib(_gunzipped(path, directory), **sizes)
+    return read_vnnlib(path, **sizes)
+
+
+def verify_instance(instance: Instance, method: str = "crown") -> dict:
+    """Load, verify with the instance's timeout, and return a row of the results CSV (as a dict).
+
+    ``seconds`` counts loading and verifying (as VNN-COMP does); ``verify_seconds`` the verifier
+    alone. A bad model or property file gives status ``"error"`` with the message.
+    """
+    started = time.perf_counter()
+    row = {"network": instance.network, "property": instance.property, "timeout": instance.timeout,
+           "status": "error", "seconds": 0.0, "verify_seconds": 0.0, "counterexample": None, "error": None}
+    try:
+        from assay.verify import verify_vnnlib
+
+        network = load_model_file(instance.network_path)
+        prop = read_property_file(instance.property_path, network)
+        result = verify_vnnlib(network, prop, timeout=instance.timeout, method=method)
+    except AssayError as exc:
+        row["error"] = str(exc)
+    else:
+        row["status"] = result.status.value
+        row["verify_seconds"] = float(result.stats.get("seconds", 0.0))
+        if result.counterexample is not None:
+            row["counterexample"] = result.counterexample.to_json()
+    row["seconds"] = time.perf_counter() - started
+    return row
+
+
+def write_results(path, results: list[dict]) -> Path:
+    """Write result rows as CSV (counterexamples as JSON in one column); returns the path."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=RESULT_COLUMNS)
+            writer.writeheader()
+            for row in results:
+                cells = {column: row.get(column) for column in RESULT_COLUMNS}
+                if cells["counterexample"] is not None:
+                    cells["counterexample"] = json.dumps(cells["counterexample"])
+                for column in ("seconds", "verify_seconds"):
+                    cells[column] = f"{cells[column]:.4f}"
+                writer.writerow({k: "" if v is None else v for k, v in cells.items()})
+    except OSError as exc:
+        raise DataError(f"{path}: cannot write the results ({exc})") from exc
+    return path
+
+
+def summarize(results: list[dict]) -> dict:
+    """Counts per status, total instance time (sum of ``seconds``), number of instances."""
+    counts = Counter(row["status"] for row in results)
+    return {
+        "instances": len(results),
+        "counts": {status: counts.get(status, 0) for status in STATUSES},
+        "total_seconds": sum(row["seconds"] for row in results),
+    }

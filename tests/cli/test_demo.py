@@ -1,0 +1,46 @@
+"""assay demo: a small configuration end to end, and the demo's own soundness cross-check."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from assay.demo import run_demo
+from assay.errors import OptionError
+
+
+def test_demo_small_configuration_json(invoke):
+    result = invoke("demo", "--epsilons", "0.01,0.1", "--images", 10, "--methods", "ibp,crown", "--json")
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["test_accuracy"] > 0.9 and payload["images"] == 10
+    rows = {(row["epsilon"], row["method"]): row for row in payload["rows"]}
+    assert set(rows) == {(e, m) for e in (0.01, 0.1) for m in ("ibp", "crown", "pgd")}
+    for epsilon in (0.01, 0.1):
+        # CROWN is never looser than IBP (it keeps the tighter of the two per row).
+        assert rows[epsilon, "crown"]["certified"] >= rows[epsilon, "ibp"]["certified"]
+        assert rows[epsilon, "crown"]["certified"] + rows[epsilon, "pgd"]["falsified"] <= 10
+    assert rows[0.01, "crown"]["certified"] >= rows[0.1, "crown"]["certified"]
+
+
+def test_demo_table(invoke):
+    result = invoke("demo", "--epsilons", "0.05", "--images", 5, "--methods", "crown,alpha")
+    assert result.exit_code == 0, result.output
+    for text in ("CROWN", "α-CROWN", "PGD attack", "certified", "falsified", "test accuracy"):
+        assert text in result.stdout
+
+
+def test_run_demo_certified_and_falsified_are_disjoint():
+    # run_demo raises on overlap; a radius where both happen exercises the check.
+    result = run_demo(epsilons=(0.05,), images=30, methods=("crown",), attack_steps=20, attack_restarts=2)
+    crown, attack = result.rows
+    assert crown.certified > 0 and attack.falsified > 0
+    assert crown.certified + attack.falsified <= 30
+
+
+def test_demo_bad_options(invoke):
+    result = invoke("demo", "--epsilons", "wide")
+    assert result.exit_code == 2 and "--epsilons" in result.stderr
+    with pytest.raises(OptionError, match="methods"):
+        run_demo(methods=("exact",))
