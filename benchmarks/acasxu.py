@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import data_dir, machine, markdown_table, write_results  # noqa: E402
@@ -95,7 +96,10 @@ def main(argv=None) -> int:
     parser.add_argument("--marabou", choices=("subset", "all", "none"), default="subset")
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every instance timeout")
     parser.add_argument("--name", default="acasxu", help="name of the result files")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads for assay (default 1: Marabou runs on one core too, like for like)")
     args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
 
     folder = data_dir() / "acasxu"
     with open(folder / "acasxu_instances.csv") as handle:
