@@ -42,7 +42,11 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed repetitions per call (median reported)")
     parser.add_argument("--networks", type=int, default=45, help="how many of the 45 networks to run")
     parser.add_argument("--dtypes", default="float64,float32", help="comma-separated dtypes")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: torch's choice; 1 is steadier on a shared machine)")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     folder = data_dir() / "acasxu"
     prop = read_vnnlib(folder / "prop_1.vnnlib", num_inputs=5, num_outputs=5)
@@ -84,7 +88,7 @@ def main(argv=None) -> int:
               "median µs / domain", "median mean width"]
     table = (f"# Bound propagation on ACAS Xu, property 1 input box ({len(paths)} networks)\n\n"
              + markdown_table(header, rows)
-             + f"\nMachine: {machine()}; repeats per call: {args.repeats} (median).\n")
+             + f"\nMachine: {machine()}; torch threads: {torch.get_num_threads()}; repeats per call: {args.repeats} (median).\n")
     json_path, md_path = write_results("bounds", {"machine": machine(), "records": records}, table)
     print(table)
     print(f"wrote {json_path} and {md_path}")
