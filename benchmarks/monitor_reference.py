@@ -4,7 +4,10 @@ Usage (normally only through benchmarks/monitor.py):
     /path/to/clemont-venv/bin/python benchmarks/monitor_reference.py SPEC_JSON OUT_JSON
 
 SPEC_JSON: {"source": {"zip": path, "member": name} | {"synthetic": {"n", "d", "seed"}},
-            "epsilon": float, "backend": "BruteForce" | "KdTree", "max_n": int | null, "max_time": float | null}
+            "epsilon": float, "backend": "BruteForce" | "KdTree" | "BDD", "max_n": int | null, "max_time": float | null}
+The BDD backend needs ``dd`` with CUDD in clemont's venv and an ε with 1/ε a whole number of bins
+(its cells have width 1/n_bins; its runner then drops the false positives with d < ε). Column
+names are replaced by c0, c1, ... for it (clemont's BDD refuses names with '_', '=', '-', ...).
 Writes OUT_JSON: per-decision timings (mean, p50, p99), peak RSS, pairs, flagged, and the number of
 witnesses of each monitored decision (to compare exactness with assay on the common prefix).
 Imports only what clemont's environment has (clemont, pandas, numpy, psutil).
@@ -23,15 +26,24 @@ import numpy as np
 import pandas as pd
 
 
-def load(source: dict) -> pd.DataFrame:
+def load(source: dict, limit=None) -> pd.DataFrame:
     if "zip" in source:
         with zipfile.ZipFile(source["zip"]) as archive:
             frame = pd.read_csv(io.BytesIO(archive.read(source["member"])))
         return frame.drop(columns=["label"])
     spec = source["synthetic"]
+    # The same draws as rng.random((n, d)) then rng.integers(0, 2, n), in chunks (numpy's Generator
+    # fills arrays in order from one stream), keeping only the first `limit` rows in memory.
+    n, d = spec["n"], spec["d"]
+    keep = n if limit is None else min(n, limit)
+    step = max(1, (1 << 24) // d)
     rng = np.random.default_rng(spec["seed"])
-    X = rng.random((spec["n"], spec["d"]))
-    Y = rng.integers(0, 2, spec["n"])
+    X = np.empty((keep, d))
+    for lo in range(0, n, step):
+        rows = rng.random((min(step, n - lo), d))
+        if lo < keep:
+            X[lo : min(keep, lo + rows.shape[0])] = rows[: keep - lo]
+    Y = rng.integers(0, 2, n)[:keep]
     frame = pd.DataFrame(X, columns=[f"x{i}" for i in range(spec["d"])])
     frame["prediction"] = Y.astype(np.float64)
     return frame
@@ -42,12 +54,24 @@ def main(spec_path: str, out_path: str) -> None:
     from clemont import BruteForce, KdTree
     from clemont.runner import DataframeRunner
 
-    frame = load(spec["source"])
+    frame = load(spec["source"], spec.get("max_n"))
     if spec.get("max_n"):
         frame = frame.iloc[: spec["max_n"]]
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    backend_class = {"BruteForce": BruteForce, "KdTree": KdTree}[spec["backend"]]
-    backend = backend_class(frame, "prediction", spec["epsilon"], metric="infinity")
+    if spec["backend"] == "BDD":
+        from clemont import BDD
+
+        bins = round(1.0 / spec["epsilon"])
+        if abs(bins * spec["epsilon"] - 1.0) > 1e-9:
+            raise SystemExit(f"clemont's BDD needs 1/ε to be a whole number of bins; ε = {spec['epsilon']}")
+        frame.columns = [c if c == "prediction" else f"c{i}" for i, c in enumerate(frame.columns)]
+        # 0/1 columns (one-hot blocks) as categorical, as the paper's experiments declare them: they
+        # must match exactly (binned, they would get 0 bits and clemont's BDD fails to build).
+        binary = [c for c in frame.columns if c != "prediction" and frame[c].nunique() <= 2]
+        backend = BDD(frame, bins, "prediction", categorical_cols=binary)
+    else:
+        backend_class = {"BruteForce": BruteForce, "KdTree": KdTree}[spec["backend"]]
+        backend = backend_class(frame, "prediction", spec["epsilon"], metric="infinity")
     runner = DataframeRunner(backend)
     counts = []
     started = time.perf_counter()

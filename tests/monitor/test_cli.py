@@ -104,3 +104,29 @@ def test_checkpoint_option(tmp_path):
     from assay.monitor import load_checkpoint
 
     assert load_checkpoint(tmp_path / "state.npz").stats.decisions == 5
+
+
+def test_html_report(tmp_path):
+    stream = tmp_path / "stream.csv"
+    stream.write_text(STREAM)
+    report = tmp_path / "report.html"
+    result = run(stream, "--epsilon", 0.1, "--drop", "label", "--report", report, "--json", "--batch-size", 1)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["report"] == str(report)
+    page = report.read_text()
+    assert page.startswith("<!DOCTYPE html>") and "</html>" in page
+    assert "<svg" in page and "p99" in page  # the latency histogram and percentiles, inline
+    assert "src=" not in page and "href=" not in page  # self-contained: no external assets
+    # the most-witnessed flagged decision is listed first: decision 4 has witnesses 1 and 3
+    expected = oracle_witnesses(np.array([[0, 0], [0.1, 0], [0.9, 0.9], [0.3, 0.1], [0.2, 0.05]]), [1, 0, 1, 0, 1], 0.1)
+    top = max(range(5), key=lambda i: (expected[i][0].size, -i))
+    table = page.split("Most-witnessed flagged decisions")[1]
+    assert f"<tr><td>{top}</td>" in table
+
+
+def test_report_unwritable_is_an_error(tmp_path):
+    stream = tmp_path / "stream.csv"
+    stream.write_text(STREAM)
+    result = run(stream, "--epsilon", 0.1, "--drop", "label", "--report", tmp_path / "missing-folder" / "r.html")
+    assert result.exit_code == 2 and "cannot write the report" in result.stderr

@@ -12,6 +12,10 @@ from assay.errors import DataError, OptionError
 from assay.monitor import BACKENDS, Monitor, Witnesses, load_checkpoint
 from tests.monitor.oracle import oracle_witnesses
 from tests.monitor.strategies import streams
+from tests.monitor.test_conformance import _MISSING
+
+BACKEND_NAMES = [pytest.param(name, marks=[pytest.mark.skip(reason=f"{name}'s package is not installed")] if _MISSING.get(name) else [])
+                 for name in BACKENDS]
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -33,7 +37,7 @@ def test_closed_ball_and_label_filter():
     assert monitor.stats.to_json() == {"decisions": 4, "pairs": 2, "flagged": 1}
 
 
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
 @FAST
 @given(stream=streams(metrics=("linf",)))
 def test_batch_equals_one_at_a_time(backend, stream):
@@ -90,7 +94,7 @@ def test_witnesses_are_frozen_values():
         Witnesses(0, [1], [0.1], 3, incomplete=False)
 
 
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
 def test_errors_keep_state(backend, rng):
     X = rng.random((50, 4))
     Y = rng.integers(0, 2, 50)
@@ -122,7 +126,9 @@ def test_option_errors():
     with pytest.raises(OptionError, match="index"):
         Monitor(0.1, index="faiss-gpu")
     with pytest.raises(OptionError, match="grid"):
-        Monitor(0.1, "l2", index="grid")
+        Monitor(0.1, "cosine", index="grid")
+    with pytest.raises(OptionError, match="partition"):
+        Monitor(0.1, "l2", index="partition")
     with pytest.raises(OptionError, match="output"):
         Monitor(0.1, output="probabilities")
     with pytest.raises(DataError, match="zero vector"):
@@ -136,7 +142,7 @@ def test_string_and_mixed_labels():
     assert monitor.observe([0.3], 1.0).ids.tolist() == [0, 1]  # 1 == 1.0: the same label
 
 
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
 @pytest.mark.parametrize("window", [None, 17])
 def test_checkpoint_round_trip(backend, window, tmp_path, rng):
     X = np.round(rng.random((200, 3)) * 10) / 10
@@ -161,3 +167,88 @@ def test_checkpoint_errors(tmp_path):
     empty = Monitor(0.2, "l2", output=("l1", 0.5)).save(tmp_path / "empty.npz")
     restored = load_checkpoint(empty)
     assert restored.observe([1.0, 2.0], [0.0, 1.0]).count == 0 and restored.config.output_metric == "l1"
+
+
+def test_auto_chooses_by_metric_dimension_and_size():
+    from assay.monitor import choose_backend
+
+    assert choose_backend("linf", 12, 0.1) == "grid"
+    assert choose_backend("l2", 512, 0.1) == "grid"
+    assert choose_backend("linf", 12, 0.1, size=100) == "brute"
+    assert choose_backend("cosine", 8, 0.1) == "kdtree"
+    assert choose_backend("cosine", 64, 0.1) == "brute"
+    monitor = Monitor(0.1)
+    monitor.observe([0.0, 1.0, 2.0], 0)
+    assert type(monitor.index).__name__ == "GridIndex"
+
+
+def test_grid_hashes_columns_once_the_history_is_large(rng):
+    """The grid's cost model switches from scanning to hashed cells as the history grows."""
+    X = rng.random((3000, 12))
+    monitor = Monitor(0.05, "linf")
+    monitor.observe_batch(X, rng.integers(0, 2, 3000))
+    assert type(monitor.index).__name__ == "GridIndex" and len(monitor.index.hashed) >= 2
+
+
+@pytest.mark.parametrize("backend", ["grid", "brute"])
+@FAST
+@given(stream=streams(metrics=("linf", "l2", "l1")), options=st.sampled_from([{}, {"count_only": True}, {"max_witnesses": 2}]))
+def test_fast_single_path_equals_batch(backend, stream, options):
+    """observe (the compiled single-decision path) and observe_batch agree, options included."""
+    X, Y, epsilon, metric = stream
+    one = Monitor(epsilon, metric, index=backend, **options)
+    sequential = [one.observe(x, y) for x, y in zip(X, Y)]
+    batched = Monitor(epsilon, metric, index=backend, batch_size=7, **options).observe_batch(X, Y)
+    assert sequential == batched
+    for witnesses in sequential:
+        assert not witnesses.ids.flags.writeable and not witnesses.distances.flags.writeable
+
+
+def test_optional_backends_say_what_to_install(monkeypatch):
+    import sys
+
+    from assay.errors import UnsupportedError
+    from assay.monitor.frnn import bdd
+
+    monkeypatch.setitem(sys.modules, "faiss", None)
+    with pytest.raises(UnsupportedError, match="faiss-cpu"):
+        Monitor(0.1, index="faiss").observe([0.0], 0)
+    monkeypatch.setitem(sys.modules, "dd", None)
+    monkeypatch.setitem(sys.modules, "dd.cudd", None)
+    monkeypatch.setitem(sys.modules, "dd.autoref", None)
+    with pytest.raises(UnsupportedError, match="dd"):
+        bdd.BDDIndex(2, "linf", 0.1)
+
+
+@pytest.mark.skipif(_MISSING["bdd"], reason="dd is not installed")
+def test_bdd_engine_is_reported():
+    from assay.monitor.frnn.bdd import BDD_ENGINE, BDDIndex
+
+    assert BDD_ENGINE in ("dd.cudd", "dd.autoref")
+    index = BDDIndex(2, "linf", 0.1)
+    index.add(np.array([[0.0, 0.0], [0.05, 0.1], [0.5, 0.5]]), [0, 1, 2])
+    lims, distances, ids = index.range_query([[0.0, 0.0]], 0.1)
+    assert ids.tolist() == [0, 1] and index.engine == BDD_ENGINE
+
+
+def test_partition_in_worker_processes_equals_oracle(rng):
+    """The paper's setting: each column group's index in its own process, candidate ids intersected."""
+    from assay.monitor.frnn import ColumnPartitionIndex
+
+    X = np.round(rng.random((120, 6)) * 8) / 8
+    Y = rng.integers(0, 3, 120)
+    index = ColumnPartitionIndex(6, "linf", 0.125, groups=2, processes=True)
+    try:
+        got = Monitor(0.125, index=index, batch_size=16).observe_batch(X, Y)
+    finally:
+        index.close()
+    for witnesses, (ids, distances) in zip(got, oracle_witnesses(X, Y, 0.125)):
+        assert witnesses.ids.tolist() == ids.tolist() and witnesses.distances.tolist() == distances.tolist()
+
+
+def test_reserve_option(rng):
+    monitor = Monitor(0.1, reserve=5000)
+    monitor.observe_batch(rng.random((10, 4)), rng.integers(0, 2, 10))
+    assert monitor.index._store.capacity >= 5000
+    with pytest.raises(OptionError, match="reserve"):
+        Monitor(0.1, reserve=-1)

@@ -4,12 +4,15 @@ Reads a CSV, Parquet or JSON-lines stream (``-`` for CSV on stdin), feeds it to
 :class:`assay.monitor.Monitor` in batches, optionally writes one JSON line per flagged decision,
 and prints a summary: decisions, violating pairs, flagged decisions, per-decision latency
 (p50/p99, amortised over each batch; ``--batch-size 1`` measures single decisions) and peak memory.
+``--report report.html`` also writes a self-contained HTML summary (latency histogram, the most
+witnessed flagged decisions).
 Ctrl-C stops early and still prints the summary of what was monitored. Any
 :class:`~assay.errors.AssayError` prints one ``error: ...`` line on stderr and exits with code 2.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 import resource
 import sys
@@ -19,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import typer
 
-from assay.errors import AssayError, UnsupportedError
+from assay.errors import AssayError, DataError, UnsupportedError
 
 __all__ = ["monitor"]
 
@@ -29,8 +32,13 @@ def _peak_memory_mb() -> float:
     return peak / 1024.0 / (1024.0 if sys.platform == "darwin" else 1.0)
 
 
-def _run(stream, epsilon, metric, decision_column, drop, out, index, max_history, max_witnesses, batch_size, checkpoint, progress):
+_TOP_FLAGGED = 25
+
+
+def _run(stream, epsilon, metric, decision_column, drop, out, index, max_history, max_witnesses, batch_size, checkpoint, progress,
+         keep_top=False):
     from assay.monitor import Monitor
+    from assay.monitor.frnn import warm_up
     from assay.monitor.stream import read_stream
 
     monitor = Monitor(epsilon, metric, index=index, max_history=max_history, max_witnesses=max_witnesses, batch_size=max(batch_size, 1))
@@ -39,20 +47,30 @@ def _run(stream, epsilon, metric, decision_column, drop, out, index, max_history
     started = time.perf_counter()
     handle = open(out, "w", encoding="utf-8") if out is not None else None
     warmed = False
+    top: list = []  # a min-heap of (count, -decision, record): the most-witnessed flagged decisions
     try:
         for chunk in read_stream(stream, decision_column, drop, chunk_size=batch_size):
             if not warmed:  # load the compiled kernels before timing, on a throwaway monitor
+                warm_up(metric, chunk.features.shape[1]) if metric != "cosine" else None
                 Monitor(epsilon, metric, index=index).observe_batch(chunk.features[:2], chunk.decisions[:2])
                 warmed = True
             tic = time.perf_counter()
             found = monitor.observe_batch(chunk.features, chunk.decisions)
             elapsed = time.perf_counter() - tic
             latencies.append(np.full(len(found), elapsed / max(len(found), 1)))
-            if handle is not None:
+            if handle is not None or keep_top:
                 for offset, witnesses in enumerate(found):
                     if witnesses.flagged:
                         record = witnesses.to_json() | {"line": chunk.first_line + offset}
-                        handle.write(json.dumps(record) + "\n")
+                        if handle is not None:
+                            handle.write(json.dumps(record) + "\n")
+                        if keep_top:
+                            record["decision_value"] = chunk.decisions[offset].item() if hasattr(chunk.decisions[offset], "item") else chunk.decisions[offset]
+                            item = (witnesses.count, -witnesses.decision, record)
+                            if len(top) < _TOP_FLAGGED:
+                                heapq.heappush(top, item)
+                            elif item[:2] > top[0][:2]:
+                                heapq.heapreplace(top, item)
             if progress is not None:
                 progress(len(found), monitor.stats.flagged)
     except KeyboardInterrupt:
@@ -64,7 +82,8 @@ def _run(stream, epsilon, metric, decision_column, drop, out, index, max_history
         monitor.save(checkpoint)
     latency = np.concatenate(latencies) if latencies else np.zeros(0)
     stats = monitor.stats
-    return {
+    top_flagged = [record for _, _, record in sorted(top, key=lambda item: item[:2], reverse=True)]
+    return latency, top_flagged, {
         "stream": str(stream),
         "decisions": stats.decisions,
         "pairs": stats.pairs,
@@ -91,17 +110,15 @@ def monitor(
     drop: str = typer.Option("", "--drop", help="Comma-separated columns that are not input features (e.g. label)."),
     out: Path = typer.Option(None, "--out", help="Write one JSON line per flagged decision (its witnesses) here."),
     json_output: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    index: str = typer.Option("auto", "--index", help="Index backend: auto, brute, kdtree, snn or grid."),
+    index: str = typer.Option("auto", "--index", help="Index backend: auto, grid, brute, kdtree, snn, bdd, partition or faiss."),
     max_history: int = typer.Option(None, "--max-history", help="Compare each decision with the last N decisions only."),
     max_witnesses: int = typer.Option(None, "--max-witnesses", help="List at most N witnesses per decision (counts stay exact)."),
     batch_size: int = typer.Option(256, "--batch-size", help="Decisions per batch (latency is amortised over a batch)."),
     checkpoint: Path = typer.Option(None, "--checkpoint", help="Save the monitor's state here at the end."),
-    report: Path = typer.Option(None, "--report", help="HTML report (not implemented yet)."),
+    report: Path = typer.Option(None, "--report", help="Also write a self-contained HTML summary (latency histogram, top flagged decisions) here."),
 ) -> None:
     """Monitor a stream of decisions for pairs of close inputs with different decisions."""
     try:
-        if report is not None:
-            raise UnsupportedError("--report is not implemented yet; use --json or --out witnesses.jsonl")
         if batch_size < 1:
             raise UnsupportedError(f"--batch-size must be ≥ 1; got {batch_size}")
         dropped = tuple(column.strip() for column in drop.split(",") if column.strip())
@@ -111,11 +128,20 @@ def monitor(
             with Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.completed:,} decisions"),
                           TextColumn("{task.fields[flagged]:,} flagged"), TimeElapsedColumn(), transient=True) as bar:
                 task = bar.add_task(f"monitoring {stream}", total=None, flagged=0)
-                summary = _run(stream, epsilon, metric, decision_column, dropped, out, index, max_history, max_witnesses,
-                               batch_size, checkpoint, lambda n, flagged: bar.update(task, advance=n, flagged=flagged))
+                latency, top_flagged, summary = _run(
+                    stream, epsilon, metric, decision_column, dropped, out, index, max_history, max_witnesses,
+                    batch_size, checkpoint, lambda n, flagged: bar.update(task, advance=n, flagged=flagged), report is not None)
         else:
-            summary = _run(stream, epsilon, metric, decision_column, dropped, out, index, max_history, max_witnesses,
-                           batch_size, checkpoint, None)
+            latency, top_flagged, summary = _run(stream, epsilon, metric, decision_column, dropped, out, index, max_history,
+                                                 max_witnesses, batch_size, checkpoint, None, report is not None)
+        if report is not None:
+            from assay.monitor.report import write_report
+
+            try:
+                write_report(report, summary, latency, top_flagged)
+            except OSError as exc:
+                raise DataError(f"cannot write the report {report}: {exc}") from exc
+            summary["report"] = str(report)
     except AssayError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -132,4 +158,6 @@ def monitor(
     ]
     if out is not None:
         lines.append(f"witnesses       {out}")
+    if report is not None:
+        lines.append(f"report          {report}")
     typer.echo("\n".join(lines))

@@ -47,6 +47,7 @@ __all__ = [
     "verify_pairs",
     "all_pairs_within",
     "rowwise_distances",
+    "all_finite",
 ]
 
 METRIC_CODES = {"linf": 0, "l2": 1, "l1": 2, "cosine": 3}
@@ -217,3 +218,12 @@ def rowwise_distances(left, right, metric):
             right_norm = math.sqrt(b)
         out[i] = _distance(left[i], right[i], metric, left_norm, right_norm, math.inf)
     return out
+
+
+@njit(cache=True)
+def all_finite(row):
+    """Whether every value of a 1-D float64 array is finite (the monitor's single-decision check)."""
+    for j in range(row.shape[0]):
+        if not math.isfinite(row[j]):
+            return False
+    return True

@@ -10,10 +10,17 @@ KDD 2025, Sec. 2–3): decision ``i`` is flagged by an earlier decision ``j < i`
 
 Soundness and completeness: every backend returns exactly the rows with canonical ``d ≤ ε``, so
 the witness sets are exact (equal to an O(n²) scan) — ties at exactly ε included. One range query
-per decision against a single index of all earlier decisions, filtered by output afterwards (not
-one index per class). ``observe_batch`` gives the same answers as observing one decision at a
-time: each decision of a batch is checked against the history before the batch *and* against the
-earlier decisions of the same batch.
+per decision against a single index of all earlier decisions, filtered by output (not one index
+per class). ``observe_batch`` gives the same answers as observing one decision at a time: each
+decision of a batch is checked against the history before the batch *and* against the earlier
+decisions of the same batch.
+
+Speed. With labels as outputs and a *fused* index (``grid``, ``brute``: the defaults for L∞, L1
+and L2), a batch runs as one compiled loop — query a decision, then store it — with the label
+filter inside, and :meth:`Monitor.observe` takes a short path (a known label, a finite row of the
+right width) that costs one compiled call and returns a :class:`Witnesses` built without copies.
+Everything else (new labels, bad input, output metrics, windows, witness caps) takes the general
+path, which gives the same answers.
 """
 
 from __future__ import annotations
@@ -103,6 +110,13 @@ class _OutputLog:
         self._buffer[self.size : needed] = values
         self.size = needed
 
+    def append_one(self, value) -> None:
+        if self.size == self._buffer.shape[0]:
+            self.append(np.asarray([value], dtype=self._buffer.dtype))
+        else:
+            self._buffer[self.size] = value
+            self.size += 1
+
     def get(self, ids: np.ndarray) -> np.ndarray:
         return self._buffer[ids - self.offset]
 
@@ -125,9 +139,11 @@ class Monitor:
             (``1 − cos``; zero vectors are refused).
         output: ``"label"`` (outputs differ when their labels differ) or ``(output_metric, δ)``:
             outputs are vectors (or numbers) that differ when canonical ``d_Y > δ``.
-        index: ``"auto"`` (by metric and dimension, see :func:`assay.monitor.frnn.choose_backend`),
-            a backend name (``"brute"``, ``"kdtree"``, ``"snn"``, ``"grid"``) or an empty
-            :class:`~assay.monitor.frnn.FrnnIndex` instance (a test seam).
+        index: ``"auto"`` (by metric, dimension and size, see :func:`assay.monitor.frnn.choose_backend`),
+            a backend name (``"grid"``, ``"brute"``, ``"kdtree"``, ``"snn"``, ``"bdd"``,
+            ``"partition"``, ``"faiss"``) or an empty :class:`~assay.monitor.frnn.FrnnIndex`
+            instance (a test seam). All give the same answers; ``bdd`` and ``faiss`` need the
+            ``monitor`` extra (dd, faiss-cpu).
         dim: number of input features; inferred from the first decision when None.
         max_history: sliding window W — decision i is compared with decisions i−W … i−1 only,
             and older rows are dropped from memory. None keeps everything.
@@ -135,6 +151,8 @@ class Monitor:
             stays exact and ``incomplete`` is set). None lists all.
         count_only: list no witness ids, only the exact counts (``incomplete`` set when count > 0).
         batch_size: ``observe_batch`` processes this many decisions per index query.
+        reserve: memory for this many decisions is allocated with the index (an expected stream
+            length: saves re-allocation copies, which matter for very wide rows). Not a limit.
 
     Bad input (NaN, wrong width, a label that is NaN) raises :class:`~assay.errors.DataError`
     before anything is recorded: the monitor's state is unchanged by a rejected batch.
@@ -142,7 +160,7 @@ class Monitor:
 
     def __init__(self, epsilon: float, metric: str = "linf", output="label", index="auto", *, dim: int | None = None,
                  max_history: int | None = None, max_witnesses: int | None = None, count_only: bool = False,
-                 batch_size: int = 2048):
+                 batch_size: int = 2048, reserve: int | None = None):
         injected = None
         if isinstance(index, FrnnIndex):
             injected, index = index, type(index).name
@@ -172,6 +190,11 @@ class Monitor:
         self._next_id = 0
         self._pairs = 0
         self._flagged = 0
+        self._fast = False
+        self._fast_dim = 0
+        if reserve is not None:
+            check_int(reserve, "reserve", "Monitor", minimum=0)
+        self._reserve = reserve
 
     # -- public state ---------------------------------------------------------------------
     @property
@@ -198,6 +221,28 @@ class Monitor:
     # -- observation ----------------------------------------------------------------------
     def observe(self, x, y) -> Witnesses:
         """Record one decision (input ``x`` (d,), output ``y``) and return its witnesses."""
+        if self._fast:
+            # The hot path: a known label, a finite row of the right width, a fused index. Anything
+            # else (a new label, bad input, options the fused loop does not cover) takes the
+            # general path below, which gives the same answers and the error messages.
+            row = x if type(x) is np.ndarray and x.dtype == np.float64 else np.asarray(x, dtype=np.float64)
+            if not row.flags.c_contiguous:  # one compiled layout (a column slice would compile another)
+                row = row.copy()
+            if row.ndim == 1 and row.shape[0] == self._fast_dim and _kernels.all_finite(row):
+                try:
+                    code = self._labels.get(y)
+                except TypeError:
+                    code = None
+                if code is not None:
+                    decision = self._next_id
+                    count, ids, distances = self._index._observe_one(row, decision, code, self.config.count_only, self.config.epsilon)
+                    self._log.append_one(code)
+                    self._next_id = decision + 1
+                    if count:
+                        self._pairs += count
+                        self._flagged += 1
+                        return Witnesses._trusted(decision, ids, distances, count, ids is None)
+                    return Witnesses._trusted(decision, None, None, 0, False)
         x = np.asarray(x)
         if x.ndim != 1:
             raise DataError(f"observe takes one input vector of shape (d,); got shape {x.shape} — use observe_batch for many")
@@ -215,9 +260,12 @@ class Monitor:
         if self._index is None:
             self._index = make_index(self.config.index, rows.shape[1], self.config.metric, self.config.epsilon)
             self.config = replace(self.config, dim=rows.shape[1])
+            if self._reserve:
+                self._index._reserve(self._reserve)
         if self._log is None:
             self._log = _OutputLog(self._output_width)
             self._log.offset = self._next_id
+        self._update_fast()
         for label in new_labels:
             self._labels[label] = len(self._labels)
         results: list[Witnesses] = []
@@ -230,21 +278,30 @@ class Monitor:
         config, index, log = self.config, self._index, self._log
         count = rows.shape[0]
         first_id = self._next_id
-        query, other, distance = index._query_validated(rows, config.epsilon)
-        other_output = log.get(other)
-        if count > 1:  # pairs inside the batch: each later row against the earlier rows of the batch
-            norms = _kernels.canonical_norms(rows) if config.metric == "cosine" else np.ones(count)
-            later, earlier, inner_distance = _kernels.all_pairs_within(rows, norms, config.epsilon, index._code)
-            query = np.concatenate([query, later])
-            other = np.concatenate([other, earlier + first_id])
-            distance = np.concatenate([distance, inner_distance])
-            other_output = np.concatenate([other_output, outputs[earlier]])
-        keep = self._different(outputs[query], other_output)
-        if config.max_history is not None:
-            keep &= other >= query + first_id - config.max_history
-        query, other, distance = query[keep], other[keep], distance[keep]
-        results = self._group(first_id, count, query, other, distance)
-        index._add_validated(rows, np.arange(first_id, first_id + count, dtype=np.int64))
+        ids = np.arange(first_id, first_id + count, dtype=np.int64)
+        labels = config.output_metric is None
+        if labels and index.fused:
+            # One compiled loop: each row is queried against the history and the earlier rows of
+            # the batch, then stored; the label filter and the window are applied inside.
+            window = -1 if config.max_history is None else config.max_history
+            counts, other, distance = index._observe(rows, ids, outputs, True, window, config.count_only, config.epsilon)
+            results = self._group_counts(first_id, counts, other, distance)
+        else:
+            query, other, distance = index._query_validated(rows, config.epsilon)
+            other_output = log.get(other)
+            if count > 1:  # pairs inside the batch: each later row against the earlier rows of the batch
+                norms = _kernels.canonical_norms(rows) if config.metric == "cosine" else np.ones(count)
+                later, earlier, inner_distance = _kernels.all_pairs_within(rows, norms, config.epsilon, index._code)
+                query = np.concatenate([query, later])
+                other = np.concatenate([other, earlier + first_id])
+                distance = np.concatenate([distance, inner_distance])
+                other_output = np.concatenate([other_output, outputs[earlier]])
+            keep = self._different(outputs[query], other_output)
+            if config.max_history is not None:
+                keep &= other >= query + first_id - config.max_history
+            query, other, distance = query[keep], other[keep], distance[keep]
+            results = self._group(first_id, count, query, other, distance)
+            index._add_validated(rows, ids, outputs if labels else None)
         log.append(outputs)
         self._next_id += count
         if config.max_history is not None:
@@ -255,6 +312,42 @@ class Monitor:
                 index.remove(np.arange(already_removed, oldest_kept, dtype=np.int64))
                 log.drop_before(oldest_kept)
         return results
+
+    def _group_counts(self, first_id: int, counts: np.ndarray, other: np.ndarray, distance: np.ndarray) -> list[Witnesses]:
+        """Witnesses from per-row counts and the concatenated (ascending) ids of each row."""
+        config = self.config
+        total = int(counts.sum())
+        self._pairs += total
+        flagged = np.flatnonzero(counts)
+        self._flagged += int(flagged.size)
+        trusted = Witnesses._trusted
+        results = [trusted(first_id + i, None, None, 0, False) for i in range(counts.shape[0])]
+        if not flagged.size:
+            return results
+        cap = 0 if config.count_only else config.max_witnesses
+        if config.count_only:
+            for i in flagged.tolist():
+                results[i] = trusted(first_id + i, None, None, int(counts[i]), True)
+            return results
+        bounds = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+        np.cumsum(counts, out=bounds[1:])
+        for i in flagged.tolist():
+            lo, hi = int(bounds[i]), int(bounds[i + 1])
+            ids, dists = other[lo:hi], distance[lo:hi]
+            size = hi - lo
+            if cap is not None and size > cap:
+                nearest = np.lexsort((ids, dists))[:cap]
+                nearest.sort()
+                results[i] = trusted(first_id + i, ids[nearest], dists[nearest], size, bool(cap < size))
+            else:
+                results[i] = trusted(first_id + i, ids.copy(), dists.copy(), size, False)
+        return results
+
+    def _update_fast(self) -> None:
+        config = self.config
+        self._fast = bool(self._index is not None and self._index.fused and self._log is not None and config.output_metric is None
+                          and config.max_history is None and config.max_witnesses is None and config.metric != "cosine")
+        self._fast_dim = self._index.dim if self._index is not None else 0
 
     def _different(self, mine: np.ndarray, theirs: np.ndarray) -> np.ndarray:
         if self.config.output_metric is None:
@@ -406,6 +499,9 @@ class Monitor:
         if self.config.dim is not None:
             self._index = make_index(self.config.index, self.config.dim, self.config.metric, self.config.epsilon)
             self._index.add(rows, ids)
+            if self.config.output_metric is None and ids.size:
+                self._index._store.tags[: ids.size] = outputs  # the label filter of fused indexes
+        self._update_fast()
 
 
 def _unique_objects(labels: np.ndarray):

@@ -15,6 +15,12 @@ def _frozen(array: np.ndarray) -> np.ndarray:
     return array
 
 
+_NO_IDS = np.empty(0, dtype=np.int64)
+_NO_IDS.flags.writeable = False
+_NO_DISTANCES = np.empty(0, dtype=np.float64)
+_NO_DISTANCES.flags.writeable = False
+
+
 @dataclass(frozen=True, eq=False)
 class Witnesses:
     """Earlier decisions ``(x', y')`` with ``d_X(x, x') ≤ ε`` and a different output, for decision ``decision``.
@@ -47,6 +53,22 @@ class Witnesses:
         object.__setattr__(self, "decision", int(self.decision))
         object.__setattr__(self, "count", int(self.count))
         object.__setattr__(self, "incomplete", bool(self.incomplete))
+
+    @classmethod
+    def _trusted(cls, decision: int, ids: np.ndarray | None, distances: np.ndarray | None, count: int, incomplete: bool) -> "Witnesses":
+        """Build without the checks and copies of ``__init__`` (the monitor's hot path).
+
+        The caller guarantees int64/float64 1-D arrays of equal length that nothing else will
+        write to, ascending ids, and a consistent ``count`` / ``incomplete``; None means empty.
+        """
+        self = object.__new__(cls)
+        if ids is None:
+            ids, distances = _NO_IDS, _NO_DISTANCES
+        else:
+            ids.flags.writeable = False
+            distances.flags.writeable = False
+        self.__dict__.update(decision=decision, ids=ids, distances=distances, count=count, incomplete=incomplete)
+        return self
 
     @property
     def flagged(self) -> bool:

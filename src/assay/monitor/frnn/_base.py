@@ -27,7 +27,11 @@ __all__ = ["FrnnIndex", "RowStore", "assemble"]
 
 
 class RowStore:
-    """Growable float64 rows with int64 ids, lazily deleted (``alive``), positions stable until compaction."""
+    """Growable float64 rows with int64 ids, lazily deleted (``alive``), positions stable until compaction.
+
+    ``tags`` holds one int64 per row for the monitor's output filter (the label code); indexes
+    that ignore it leave it 0. Capacity grows by half when full (wide rows make doubling costly).
+    """
 
     def __init__(self, dim: int, with_norms: bool):
         self.dim = dim
@@ -38,14 +42,19 @@ class RowStore:
         self.ids = np.empty(16, dtype=np.int64)
         self.alive = np.zeros(16, dtype=bool)
         self.norms = np.ones(16)
+        self.tags = np.zeros(16, dtype=np.int64)
         self.ids_sorted = True
+
+    @property
+    def capacity(self) -> int:
+        return self.data.shape[0]
 
     def _reserve(self, extra: int) -> None:
         needed = self.size + extra
         if needed <= self.data.shape[0]:
             return
-        capacity = max(needed, 2 * self.data.shape[0])
-        for name in ("data", "ids", "alive", "norms"):
+        capacity = max(needed, self.data.shape[0] + self.data.shape[0] // 2, 16)
+        for name in ("data", "ids", "alive", "norms", "tags"):
             old = getattr(self, name)
             new = np.empty((capacity,) + old.shape[1:], dtype=old.dtype)
             new[: self.size] = old[: self.size]
@@ -53,7 +62,7 @@ class RowStore:
                 new[self.size :] = False
             setattr(self, name, new)
 
-    def add(self, rows: np.ndarray, ids: np.ndarray) -> slice:
+    def add(self, rows: np.ndarray, ids: np.ndarray, tags: np.ndarray | None = None) -> slice:
         """Append rows; return the slice of positions they got."""
         count = rows.shape[0]
         self._reserve(count)
@@ -65,6 +74,7 @@ class RowStore:
         self.ids[start : start + count] = ids
         self.alive[start : start + count] = True
         self.norms[start : start + count] = _kernels.canonical_norms(rows) if self.with_norms else 1.0
+        self.tags[start : start + count] = 0 if tags is None else tags
         self.size += count
         self.live += count
         return slice(start, start + count)
@@ -88,6 +98,16 @@ class RowStore:
         """The live rows and their ids, in insertion order."""
         keep = np.flatnonzero(self.alive[: self.size])
         return self.data[keep].copy(), self.ids[keep].copy()
+
+    def compacted_tags(self) -> np.ndarray:
+        return self.tags[np.flatnonzero(self.alive[: self.size])].copy()
+
+    def appended(self, count: int, last_id: int) -> None:
+        """Book ``count`` rows that a compiled loop wrote at positions size..size+count−1 (ids ascending)."""
+        if self.ids_sorted and self.size and self.ids[self.size - 1] >= self.ids[self.size]:
+            self.ids_sorted = False
+        self.size += count
+        self.live += count
 
     def reset(self) -> None:
         self.size = 0
@@ -119,6 +139,8 @@ class FrnnIndex:
     is_exact: ClassVar[bool] = True
     supports_remove: ClassVar[bool] = True
     name: ClassVar[str] = "base"
+    #: True when the index has a compiled query-then-insert loop (:meth:`_observe`), the monitor's fast path.
+    fused: ClassVar[bool] = False
 
     def __init__(self, dim: int, metric: str = "linf"):
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
@@ -195,8 +217,20 @@ class FrnnIndex:
         query, position, distance = self._candidates(queries, query_norms, radius)
         return query, self._store.ids[position], distance
 
-    def _add_validated(self, rows: np.ndarray, ids: np.ndarray) -> None:
-        self._added(self._store.add(rows, ids))
+    def _add_validated(self, rows: np.ndarray, ids: np.ndarray, tags: np.ndarray | None = None) -> None:
+        self._added(self._store.add(rows, ids, tags))
+
+    def _observe(self, rows, ids, tags, use_tags: bool, window: int, count_only: bool, radius: float):
+        """Query each row against the history and the earlier rows of the batch, then store it.
+
+        Only fused indexes implement this: ``(counts, ids, distances)`` with the witnesses of each
+        row (ids ascending) concatenated row after row; see ``_cells.observe_rows``.
+        """
+        raise NotImplementedError
+
+    def _reserve(self, count: int) -> None:
+        """Make room for ``count`` more rows without re-allocating."""
+        self._store._reserve(count)
 
     def remove(self, ids) -> int:
         """Remove the rows with these ids (unknown ids are ignored); return how many were removed."""
@@ -212,10 +246,11 @@ class FrnnIndex:
 
     # -- helpers for subclasses -------------------------------------------------------------
     def _compact(self) -> None:
+        tags = self._store.compacted_tags()
         rows, ids = self._store.compacted()
         self._store.reset()
         if rows.shape[0]:
-            self._store.add(rows, ids)
+            self._store.add(rows, ids, tags)
         self._reindex()
 
     def _verify_slice(self, queries, query_norms, radius, start: int, end: int):

@@ -1,103 +1,123 @@
-"""Grid hashing for L∞: rows bucketed by the ε-cells of a few well-spread columns.
+"""Grid hashing: rows bucketed by cells on a few chosen columns; a query walks the cells its ball reaches.
 
-Cells have width w = ε·(1 + 1e-6) on k ≤ ``max_hashed_columns`` columns (those with the most
-distinct cells in the data seen so far). Two rows within ε in L∞ are within ε on each hashed
-column, so their cell coordinates differ by at most one: a query probes the 3^k neighbouring
-cells and checks their rows with the canonical formula. The floor of x/w is exact enough for
-this while |x|/w < 10⁹ (the slack 1e-6 of w absorbs the rounding); when larger values arrive, w
-grows to keep that true (fewer, coarser cells, still exact). A cell is an int64 hash of its
-coordinates (wrapping arithmetic; a collision only adds candidates), kept in a sorted array.
-With ε = 0 a cell is an exact coordinate value (only identical rows are close).
+A cell is the tuple ``floor((x_j − s_j)/w_j)`` over k hashed columns (see
+:mod:`assay.monitor.frnn._cells` for why every close row is found whatever the widths are: the
+probed cell ranges are computed with an outward margin, and the canonical formula decides).
+Because ``|x_j − q_j| ≤ d(x, q)`` for L∞, L1 and L2 alike, one grid serves all three metrics.
+
+Which columns, and how wide: a cost model, re-fitted each time the history doubles (from
+``min_fit`` rows until ``refit_until``). On an evenly spaced sample of the live rows it
+greedily adds the column and width (ε × 1, 2, 4 or 8) that most lower the estimated cost of a
+query, ``probe_cost × cells probed + candidate_cost × n × (fraction of sample pairs sharing a probed
+cell)``, and stops when scanning all n rows would be as cheap (k = 0: the grid then scans). The
+joint fractions are measured on the sample, so correlated columns (one-hot blocks) and discrete
+columns (whose neighbouring cells are empty) are valued as they really are.
 """
 
 from __future__ import annotations
 
-import itertools
 from typing import ClassVar
 
 import numpy as np
 
 from assay.errors import OptionError
-from assay.monitor.frnn._sorted import SortedKeyIndex
+from assay.monitor.frnn import _cells
+from assay.monitor.frnn._cellbase import CellIndex
 
 __all__ = ["GridIndex"]
 
-# Odd 64-bit multipliers (from splitmix64's constants); products wrap modulo 2**64.
-_MULTIPLIERS = np.array(
-    [0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 0xD6E8FEB86659FD93,
-     0xA0761D6478BD642F, 0xE7037ED1A0B428DB, 0x8EBC6AF09C88C6E3, 0x589965CC75374CC3],
-    dtype=np.uint64,
-).view(np.int64)
-_CLIP = float(2**40)
+_ALPHAS = np.array([1.0, 2.0, 4.0, 8.0])
 
 
-class GridIndex(SortedKeyIndex):
-    """Exact L∞ range queries for one fixed ε by hashing rows into ε-cells on up to 8 columns.
+class GridIndex(CellIndex):
+    """Exact L∞ / L1 / L2 range queries from a hash grid on cost-chosen columns (re-fitted as the history grows).
 
     Args:
-        dim: number of features.
-        metric: only ``"linf"``.
-        epsilon: the radius every query will use (a query with a larger radius is refused).
-        max_hashed_columns: k, the number of hashed columns (3^k cells probed per query).
+        dim, metric: as every index (``"linf"``, ``"l2"`` or ``"l1"``).
+        epsilon: the radius the monitor queries with; cell widths are multiples of it (with
+            ε = 0, of the columns' spread / 1024). Queries with any other radius are still exact.
+        hashed_columns: hash exactly this many columns (a test seam; None lets the cost model decide).
+        max_hashed_columns: at most this many hashed columns.
+        min_fit: first fit at this many rows (below it, queries scan).
+        refit_until: stop re-fitting once the history has this many rows.
+        fit_sample: at most this many rows of the history are looked at by the cost model
+            (fewer while the history is small: a fit costs about ``fit_budget`` ns per row).
     """
 
     name: ClassVar[str] = "grid"
-    metrics: ClassVar[tuple[str, ...]] = ("linf",)
-    key_dtype = np.int64
+    metrics: ClassVar[tuple[str, ...]] = ("linf", "l2", "l1")
+    fit_budget: ClassVar[float] = 400.0
 
-    def __init__(self, dim: int, metric: str = "linf", epsilon: float = 0.0, max_hashed_columns: int = 4,
-                 min_buffer: int = 256, max_buffer: int = 8192):
-        super().__init__(dim, metric, min_buffer, max_buffer)
+    def __init__(self, dim: int, metric: str = "linf", epsilon: float = 0.0, hashed_columns: int | None = None,
+                 max_hashed_columns: int = 12, min_fit: int = 256, refit_until: int = 1 << 22, fit_sample: int = 320):
+        super().__init__(dim, metric)
         epsilon = float(epsilon)
         if not (epsilon >= 0 and np.isfinite(epsilon)):
             raise OptionError(f"the `epsilon` of a grid index must be a finite number ≥ 0; got {epsilon!r}")
-        if not 1 <= int(max_hashed_columns) <= len(_MULTIPLIERS):
-            raise OptionError(f"the `max_hashed_columns` of a grid index must be in 1..{len(_MULTIPLIERS)}; got {max_hashed_columns!r}")
+        if hashed_columns is not None and not 0 <= int(hashed_columns) <= dim:
+            raise OptionError(f"the `hashed_columns` of a grid index must be in 0..{dim}; got {hashed_columns!r}")
+        if int(max_hashed_columns) < 1 or int(min_fit) < 2:
+            raise OptionError("a grid index needs max_hashed_columns ≥ 1 and min_fit ≥ 2")
         self.epsilon = epsilon
-        self._width = epsilon * (1.0 + 1e-6)
-        self._columns = np.arange(min(self.dim, int(max_hashed_columns)))
-        self.max_hashed_columns = int(max_hashed_columns)
-        self._set_offsets()
+        self.hashed_columns = None if hashed_columns is None else int(hashed_columns)
+        self.max_hashed_columns = int(max_hashed_columns) if hashed_columns is None else max(int(hashed_columns), 1)
+        self.min_fit = int(min_fit)
+        self.refit_until = int(refit_until)
+        self.fit_sample = int(fit_sample)
+        self._next_fit = None if self.hashed_columns == 0 else self.min_fit
 
-    def _set_offsets(self) -> None:
-        k = self._columns.size
-        multipliers = _MULTIPLIERS[:k]
-        if self.epsilon == 0.0:
-            self._offsets = np.zeros(1, dtype=np.int64)
+    @property
+    def hashed(self) -> tuple[int, ...]:
+        """The columns hashed now (empty: queries scan)."""
+        return tuple(self._columns.tolist())
+
+    def _maybe_refit(self, incoming: int) -> int:
+        live = self._store.live
+        if self._next_fit is None:
+            return incoming
+        if live >= self._next_fit:
+            self._refit()
+            self._next_fit = 2 * live if 2 * live <= self.refit_until else None
+            if self._next_fit is None:
+                return incoming
+        return self._next_fit - live
+
+    def _reindex(self) -> None:
+        self._refit() if self._store.live >= 2 else self._rebuild()
+
+    def _refit(self) -> None:
+        store = self._store
+        live = np.flatnonzero(store.alive[: store.size])
+        if live.size < 2:
             return
-        steps = np.array(list(itertools.product((-1, 0, 1), repeat=k)), dtype=np.int64)
-        with np.errstate(over="ignore"):
-            self._offsets = np.unique((steps * multipliers).sum(axis=1))  # unique: a collision must not duplicate rows
-
-    def _needs_refit_for_range(self) -> bool:
-        return self.epsilon > 0 and self._max_abs > 1e9 * self._width
-
-    def _cells(self, rows: np.ndarray) -> np.ndarray:
-        if self.epsilon == 0.0:
-            return (rows + 0.0).view(np.int64)  # + 0.0 turns -0.0 into 0.0
-        return np.clip(np.floor(rows / self._width), -_CLIP, _CLIP).astype(np.int64)
-
-    def _fit(self, rows: np.ndarray) -> None:
+        sample = np.ascontiguousarray(store.data[live[np.linspace(0, live.size - 1, min(live.size, self.fit_sample)).astype(np.int64)]])
+        spread = sample.max(axis=0) - sample.min(axis=0)
         if self.epsilon > 0:
-            self._width = max(self.epsilon * (1.0 + 1e-6), self._max_abs * 1e-9)
-        if rows.shape[0] >= 2 and self.dim > self._columns.size:
-            cells = self._cells(rows)
-            spread = np.array([np.unique(cells[:, j]).size for j in range(self.dim)])
-            self._columns = np.sort(np.argsort(-spread, kind="stable")[: self._columns.size])
-            self._set_offsets()
-
-    def _keys(self, rows: np.ndarray) -> np.ndarray:
-        cells = self._cells(rows[:, self._columns])
-        with np.errstate(over="ignore"):
-            return (cells * _MULTIPLIERS[: self._columns.size]).sum(axis=1)
-
-    def _ranges(self, queries, radius):
-        if radius > self.epsilon:
-            raise OptionError(f"this grid index was built for ε = {self.epsilon}; it cannot answer radius {radius}")
-        codes = self._keys(queries)
-        with np.errstate(over="ignore"):
-            probes = (codes[:, None] + self._offsets[None, :]).reshape(-1)
-        lo = np.searchsorted(self._sorted_keys, probes, side="left")
-        hi = np.searchsorted(self._sorted_keys, probes, side="right")
-        range_query = np.repeat(np.arange(queries.shape[0], dtype=np.int64), self._offsets.size)
-        return range_query, lo.astype(np.int64), hi.astype(np.int64)
+            bases = np.full(self.dim, self.epsilon)
+        else:
+            bases = np.where(spread > 0, spread / 1024.0, 1.0)
+        cells = np.floor(sample / bases)
+        cells.sort(axis=0)
+        distinct = 1 + np.count_nonzero(np.diff(cells, axis=0), axis=0)
+        candidates = np.flatnonzero(distinct > 1)
+        if self.hashed_columns is not None and candidates.size < self.hashed_columns:
+            candidates = np.arange(self.dim)  # forced: constant columns too
+        candidates = candidates[np.argsort(-distinct[candidates], kind="stable")[:64]].astype(np.int64)
+        # The fit costs about 3 ns × m² × (options tried): about fit_budget ns per live row, paid
+        # once per doubling of the history, so at most ~2 × fit_budget ns per decision overall.
+        options = max(1, 2 * candidates.size * _ALPHAS.size)
+        m = int(min(sample.shape[0], max(16, np.sqrt(self.fit_budget * live.size / (3.0 * options)))))
+        sample = np.ascontiguousarray(sample[np.linspace(0, sample.shape[0] - 1, m).astype(np.int64)])
+        # Past ~10⁵ rows the table and the rows leave the caches: a probe and a candidate then
+        # cost about one memory access each.
+        big = 2 * live.size > 1 << 17
+        columns, widths, shifts = _cells.choose_cells(
+            sample, candidates, np.ascontiguousarray(bases[candidates]), _ALPHAS, self.epsilon, float(2 * live.size),
+            self.probe_cost, 40.0 if big else self.candidate_cost, self.scan_cost,
+            min(self.max_hashed_columns, candidates.size), 0 if self.hashed_columns is None else min(self.hashed_columns, candidates.size))
+        # The lead column (checked before anything else) is the one that most often proves d > ε alone.
+        small = sample[np.linspace(0, m - 1, min(m, 48)).astype(np.int64)][:, candidates] if candidates.size else None
+        if small is not None and small.shape[0] > 1:
+            within = (np.abs(small[:, None, :] - small[None, :, :]) <= self.epsilon).mean(axis=(0, 1))
+            self._lead = int(candidates[int(np.argmin(within))])
+        self._set_cells(columns, widths, shifts)
