@@ -1,0 +1,48 @@
+"""Direct falsification of the input-splitting steps that can close or shrink a box."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from assay.verify.input_split import _clip_boxes, _conjunction_upper
+
+
+def random_linear_bounds(rng, boxes=64, rows=4, n=5):
+    lower = torch.as_tensor(rng.uniform(-1, 0.5, (boxes, n)))
+    upper = lower + torch.as_tensor(rng.uniform(0.01, 1.0, (boxes, n)))
+    A = torch.as_tensor(rng.normal(size=(boxes, rows, n)))
+    b = torch.as_tensor(rng.normal(0, 0.5, (boxes, rows)))
+    peak = torch.maximum(A * lower.unsqueeze(1), A * upper.unsqueeze(1)).sum(2) + b
+    linear = SimpleNamespace(upper_A=A, upper_b=b)
+    # Like compute_bounds, the rows' concrete upper bounds are rounded outwards.
+    scale = (A.abs() * torch.maximum(lower.abs(), upper.abs()).unsqueeze(1)).sum(2) + b.abs()
+    return lower, upper, linear, SimpleNamespace(linear=linear, upper=peak + 1e-12 * scale)
+
+
+def sample(lower, upper, rng, count=20_000):
+    u = torch.as_tensor(rng.uniform(size=(count, *lower.shape)))
+    u[: count // 4] = torch.as_tensor(rng.integers(0, 2, size=(count // 4, *lower.shape)), dtype=u.dtype)
+    return lower + (upper - lower) * u  # (count, boxes, n)
+
+
+def test_clipping_never_cuts_away_a_point_that_could_violate():
+    rng = np.random.default_rng(0)
+    for groups in (torch.tensor([0, 0, 0, 0]), torch.tensor([0, 0, 1, 1])):
+        lower, upper, linear, result = random_linear_bounds(rng)
+        group_upper = _conjunction_upper(result, lower, upper, groups, {})
+        clipped_lower, clipped_upper, empty = _clip_boxes(linear, lower, upper, groups, group_upper)
+        x = sample(lower, upper, rng)
+        values = torch.einsum("cbn,brn->cbr", x, linear.upper_A) + linear.upper_b  # (count, boxes, rows)
+        per_group = torch.stack([values[..., groups == g].amin(-1) for g in range(int(groups.max()) + 1)], -1)
+        possible = (per_group >= 0).any(-1)  # (count, boxes): all rows of some group may be ≥ 0 here
+        # The combined bound is an upper bound of max_x min_i (a_i x + b_i) for every group...
+        assert (per_group.amax(0) <= group_upper).all()
+        # ... no box with such a point is declared empty, and every such point stays in the clipped box.
+        assert not (possible & empty.unsqueeze(0)).any()
+        inside = ((x >= clipped_lower) & (x <= clipped_upper)).all(-1)
+        assert inside[possible].all()
+        # The clipping does something on these random instances (the test is not vacuous).
+        assert empty.any() or (clipped_upper - clipped_lower < upper - lower).any()
