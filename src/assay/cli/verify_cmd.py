@@ -39,7 +39,7 @@ def verify(
                                          ".gz). Not with --instances."),
     timeout: float = typer.Option(None, "--timeout", "-t", help=f"Seconds before giving up (status timeout); default "
                                   f"{DEFAULT_TIMEOUT:g}. With --instances: for rows without a timeout."),
-    method: str = typer.Option("crown", "--method", "-m", help="Bound method of branch and bound: crown, alpha or ibp."),
+    method: str = typer.Option("alpha", "--method", "-m", help="Bound method of input splitting: alpha (CROWN, then α-CROWN on boxes left open), crown or ibp."),
     json_output: bool = typer.Option(False, "--json", help="Print the full result(s) as JSON."),
     instances: Path = typer.Option(None, "--instances", help="VNN-COMP instances CSV (rows network,property,timeout; "
                                    "paths relative to the CSV's folder) to run instead of MODEL PROPERTY."),

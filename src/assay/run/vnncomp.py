@@ -137,7 +137,7 @@ def read_property_file(path, network):
     return read_vnnlib(path, **sizes)
 
 
-def verify_instance(instance: Instance, method: str = "crown") -> dict:
+def verify_instance(instance: Instance, method: str = "alpha") -> dict:
     """Load, verify with the instance's timeout, and return a row of the results CSV (as a dict).
 
     ``seconds`` counts loading and verifying (as VNN-COMP does); ``verify_seconds`` the verifier

@@ -28,7 +28,7 @@ def verify(
     *,
     unsafe=None,
     timeout: float = 300.0,
-    method: str = "crown",
+    method: str = "alpha",
     dtype: str = "float64",
     batch_size: int = 1024,
     attack_restarts: int = 32,
@@ -46,7 +46,9 @@ def verify(
         unsafe: the forbidden output region (an OutputSpec, e.g. a VNN-LIB query's
             ``unsafe_outputs``). Give exactly one of the two.
         timeout: seconds; when exceeded the status is TIMEOUT.
-        method: bound method for branch and bound (``"crown"`` or ``"alpha"``).
+        method: bound method of input splitting: ``"alpha"`` (default: CROWN, then α-CROWN on
+            the output rows of the boxes CROWN leaves open), ``"crown"`` or ``"ibp"``. ReLU
+            splitting always uses β-CROWN.
         dtype: working dtype of the bounds (``"float64"`` default).
         batch_size: boxes bounded per call.
         attack_restarts: PGD restarts before branching (0 disables the attack).
@@ -75,7 +77,7 @@ def verify_vnnlib(network: Network, prop, **options) -> VerificationResult:
 
 
 def _with_defaults(options: dict) -> dict:
-    defaults = dict(timeout=300.0, method="crown", dtype="float64", batch_size=1024, attack_restarts=32,
+    defaults = dict(timeout=300.0, method="alpha", dtype="float64", batch_size=1024, attack_restarts=32,
                     strategy="auto", rng=None, progress=None)
     unknown = set(options) - set(defaults)
     if unknown:
