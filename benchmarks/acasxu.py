@@ -1,6 +1,6 @@
 """ACAS Xu (VNN-COMP): assay's verifier and Marabou side by side, same instances, same timeouts.
 
-By default runs all 186 instances with assay and a fixed stratified subset of 42 (every
+By default runs all 186 instances with assay and a fixed stratified subset of 46 (every
 instance of properties 5–10 and every fifth network of properties 1–4) with Marabou;
 ``--marabou all`` runs Marabou on all 186 (hours), ``--marabou none`` skips it. Writes
 ``benchmarks/results/acasxu.json`` and ``acasxu.md`` and exits non-zero on any disagreement
