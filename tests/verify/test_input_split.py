@@ -46,3 +46,39 @@ def test_clipping_never_cuts_away_a_point_that_could_violate():
         assert inside[possible].all()
         # The clipping does something on these random instances (the test is not vacuous).
         assert empty.any() or (clipped_upper - clipped_lower < upper - lower).any()
+
+
+def test_alpha_pass_bounds_hold_at_sampled_points_and_are_never_looser_than_crown():
+    """The α-CROWN pass on boxes CROWN leaves open: its row bounds, linear bounds and conjunction
+    bounds hold at sampled points of every box, and never exceed CROWN's."""
+    from tests.verify.test_verify import random_network
+
+    from assay.verify.input_split import SearchStats, _bound_boxes
+    from assay.verify.problem import from_unsafe
+
+    network = random_network(3, widths=(3, 16, 16, 16, 3))
+    rng = np.random.default_rng(1)
+    lower = torch.as_tensor(rng.uniform(-1, 0.6, (200, 3)))
+    upper = lower + torch.as_tensor(rng.uniform(0.05, 0.4, (200, 3)))
+    C = torch.tensor([[1.0, -1.0, 0.0], [1.0, 0.0, -1.0], [0.0, 1.0, -1.0]], dtype=torch.float64)
+    x = sample(lower, upper, rng, 4000)  # (count, boxes, n)
+    outputs = network.forward(x.reshape(-1, 3)).reshape(4000, 200, 3)
+    rows = outputs @ C.T  # (count, boxes, rows)
+    # Offsets that leave about half the boxes undecided by CROWN, so the α pass has work to do.
+    offsets = -rows.amax((0, 1)) * 0.4
+    unsafe = SimpleNamespace(conjunctions=(
+        SimpleNamespace(C=C[:2], d=offsets[:2]), SimpleNamespace(C=C[2:], d=offsets[2:]),
+    ))
+    query = from_unsafe(network, SimpleNamespace(lower=-torch.ones(3), upper=torch.ones(3)), unsafe)[0]
+    crown, crown_groups = _bound_boxes(network, query, lower, upper, None, "crown", "float64", SearchStats(), {})
+    alpha, alpha_groups = _bound_boxes(network, query, lower, upper, None, "alpha", "float64", SearchStats(), {})
+    values = rows + offsets
+    linear_values = torch.einsum("cbn,brn->cbr", x, alpha.linear.upper_A.reshape(200, 3, 3)) + alpha.linear.upper_b
+    per_group = torch.stack([values[..., query.groups == g].amin(-1) for g in range(2)], -1)
+    assert (values.amax(0) <= alpha.upper).all()
+    assert (values <= linear_values + 1e-9).all()
+    assert (per_group.amax(0) <= alpha_groups).all()
+    assert (alpha.upper <= crown.upper).all() and (alpha_groups <= crown_groups).all()
+    # Not vacuous: the pass refutes boxes that CROWN could not.
+    refuted = lambda groups: (groups < 0).all(1)  # noqa: E731
+    assert (refuted(alpha_groups) & ~refuted(crown_groups)).any()

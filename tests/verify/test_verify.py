@@ -39,8 +39,9 @@ def sampled_max(network, n, C, samples=200_000, seed=0):
     return (network.forward(x) @ torch.as_tensor(C, dtype=torch.float64).T).amin(1).max().item()
 
 
+@pytest.mark.parametrize("method", ["alpha", "crown"])
 @pytest.mark.parametrize("seed", range(8))
-def test_verdicts_agree_with_marabou(seed):
+def test_verdicts_agree_with_marabou(seed, method):
     pytest.importorskip("maraboupy")
     network = random_network(seed)
     C = np.array([[1.0, -1.0]])
@@ -48,7 +49,7 @@ def test_verdicts_agree_with_marabou(seed):
     offset = 0.05 if seed % 2 else -0.05
     threshold = sampled_max(network, 3, C) + offset
     d = np.array([-threshold])
-    ours = verify(network, box(3), unsafe=unsafe_region(C, d), timeout=60)
+    ours = verify(network, box(3), unsafe=unsafe_region(C, d), timeout=60, method=method)
     theirs, _, point = solve_network(network, -np.ones(3), np.ones(3), C, d, timeout=60)
     assert ours.status in (VerificationStatus.HOLDS, VerificationStatus.VIOLATED), ours
     assert theirs in ("sat", "unsat"), theirs
@@ -101,12 +102,13 @@ def test_both_strategies_refute_every_conjunction_of_a_disjunction():
     assert -network.forward(result.counterexample.input.reshape(1, n))[0, 2] + bottom + 0.6 >= 0
 
 
+@pytest.mark.parametrize("method", ["alpha", "crown"])
 @pytest.mark.parametrize("seed", range(5))
-def test_holds_is_never_contradicted_by_sampling_or_attack(seed):
+def test_holds_is_never_contradicted_by_sampling_or_attack(seed, method):
     network = random_network(100 + seed, widths=(2, 12, 12, 3))
     C = np.array([[1.0, -1.0, 0.0], [1.0, 0.0, -1.0]])
     threshold = sampled_max(network, 2, C, seed=seed) + 0.02
-    result = verify(network, box(2), unsafe=unsafe_region(C, [-threshold, -threshold]), timeout=60)
+    result = verify(network, box(2), unsafe=unsafe_region(C, [-threshold, -threshold]), timeout=60, method=method)
     x = torch.as_tensor(np.random.default_rng(seed).uniform(-1, 1, (400_000, 2)))
     values = (network.forward(x) @ torch.as_tensor(C).T).amin(1) - threshold
     if result.status is VerificationStatus.HOLDS:
@@ -157,6 +159,8 @@ def test_bad_requests_raise_clear_errors():
     ("2_1", 2, VerificationStatus.VIOLATED),
     ("1_4", 2, VerificationStatus.VIOLATED),
     ("3_2", 2, VerificationStatus.VIOLATED),
+    # The violating region is tiny and sits at the box's faces: found by the boundary-heavy sampling.
+    ("1_9", 7, VerificationStatus.VIOLATED),
 ])
 def test_acas_xu_instances_end_to_end(data_dir, network_name, prop, expected):
     """Fast ACAS Xu instances (verdicts agree with Marabou in benchmarks/acasxu.py)."""
