@@ -106,7 +106,7 @@ def _run(network, queries, timeout, method, dtype, batch_size, attack_restarts, 
             counterexample = Counterexample(found[0].reshape(network.input_shape), found[1], query_index)
         return VerificationResult(status, counterexample, {
             "domains": stats.domains, "bound_calls": stats.bound_calls, "max_pending": stats.max_pending,
-            "attacks": stats.attacks, "queries": len(queries), "strategy": strategy,
+            "attacks": stats.attacks, "leaf_lps": stats.leaf_lps, "queries": len(queries), "strategy": strategy,
             "seconds": time.monotonic() - started,
         })
 

@@ -40,6 +40,7 @@ class SearchStats:
     bound_calls: int = 0
     max_pending: int = 0
     attacks: int = 0
+    leaf_lps: int = 0  # ReLU splitting: leaves decided by an LP
 
 
 def input_split(

@@ -10,9 +10,12 @@ for counterexamples and splits each on the unstable neuron with the best BaBSR-s
 (the row's gradient bound through the neuron times the area of its relaxation; Bunel et al.,
 JMLR 2020).
 
+A domain whose every ReLU has a known sign is affine on its inputs and is decided exactly by
+:mod:`assay.verify.leaf_lp` instead of being split further.
+
 Soundness: a group is refuted only when every leaf of the split tree (each a set of inputs
-whose union is the whole box) has a sound negative upper bound or is empty; VIOLATED only
-with a point confirmed by a float64 forward pass.
+whose union is the whole box) has a sound negative upper bound, a re-checked LP dual
+certificate, or is empty; VIOLATED only with a point confirmed by a float64 forward pass.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from assay.bounds._ops import ReluStage, plan_for
 from assay.nn.network import Network
 from assay.verify.attack import confirm, pgd
 from assay.verify.input_split import SearchStats
+from assay.verify.leaf_lp import REFUTED, VIOLATED, decide_leaf, is_leaf
 from assay.verify.problem import UnsafeQuery
 from assay.verify.result import VerificationStatus
 
@@ -76,9 +80,13 @@ def _refute_conjunction(network, query, C, d, deadline, dtype, batch_size, stats
     relu_shapes = [t.shape[1:] for t in root.intermediate.lower]
     empty_splits = [torch.zeros(1, *s, dtype=torch.int8) for s in relu_shapes]
     # Pending domains in chunks: (splits per layer, the parent's intermediate bounds, parent's row bounds).
+    if is_leaf(root.intermediate.lower, root.intermediate.upper).item():
+        verdict, found = decide_leaf(network, query, C, d, [t[0] for t in root.intermediate.lower],
+                                     [t[0] for t in root.intermediate.upper])
+        stats.leaf_lps += 1
+        status = {REFUTED: VerificationStatus.HOLDS, VIOLATED: VerificationStatus.VIOLATED}
+        return status.get(verdict, VerificationStatus.UNKNOWN), found
     children = _branch(network, C, empty_splits, root.intermediate, root.upper)
-    if children is None:
-        return VerificationStatus.UNKNOWN, None
     pending = 2
     pending_chunks = [(children[0], children[1], torch.ones(2, dtype=torch.long))]
     done_mass = 0.0  # fraction of the split tree's leaves closed, weighting a depth-k leaf by 2^-k
@@ -103,13 +111,22 @@ def _refute_conjunction(network, query, C, d, deadline, dtype, batch_size, stats
             found = _probe(network, query, result, open_, attack=stats.bound_calls % 4 == 0)
             if found is not None:
                 return VerificationStatus.VIOLATED, found
+            # Open domains whose every ReLU has a known sign are decided exactly by an LP.
+            leaves = open_ & is_leaf(result.intermediate.lower, result.intermediate.upper)
+            for index in leaves.nonzero().flatten().tolist():
+                verdict, found = decide_leaf(network, query, C, d, [t[index] for t in result.intermediate.lower],
+                                             [t[index] for t in result.intermediate.upper])
+                stats.leaf_lps += 1
+                if verdict == VIOLATED:
+                    return VerificationStatus.VIOLATED, found
+                if verdict != REFUTED:
+                    return VerificationStatus.UNKNOWN, None
+                done_mass += float(2.0 ** -float(depth[index]))
+            open_ = open_ & ~leaves
+        if open_.any():
             children = _branch(
                 network, C, [s[open_] for s in splits], result.intermediate.select(open_), result.upper[open_],
             )
-            if children is None:
-                # Every ReLU of some open domain is fixed and its bound still allows a violation:
-                # the corner probes found no point, and deciding it would need an LP.
-                return VerificationStatus.UNKNOWN, None
             child_splits, child_parents, _ = children
             pending_chunks.append((child_splits, child_parents, (depth[open_] + 1).repeat(2)))
             pending += child_splits[0].shape[0]
@@ -137,17 +154,15 @@ def _probe(network, query, result, open_, attack: bool = False):
 
 
 def _branch(network, C, splits, intermediate: IntermediateBounds, row_upper):
-    """Two children per domain, splitting its best-scoring unstable, unsplit ReLU.
+    """Two children per domain, splitting its best-scoring unstable, unsplit ReLU (every domain
+    must have one: leaves are decided by :mod:`assay.verify.leaf_lp`).
 
-    Returns (child splits per layer, child intermediate bounds, None) or None when some domain
-    has no unstable neuron left.
+    Returns (child splits per layer, child intermediate bounds, None).
     """
     count = splits[0].shape[0]
     scores = _babsr_scores(network, C, splits, intermediate, row_upper)
     flat = torch.cat([s.reshape(count, -1) for s in scores], 1)
     best = flat.argmax(1)
-    if (flat[torch.arange(count), best] <= 0).any():
-        return None
     sizes = [s[0].numel() for s in splits]
     offsets = torch.tensor([0] + sizes[:-1]).cumsum(0)
     children = []
@@ -185,7 +200,9 @@ def _babsr_scores(network, C, splits, intermediate, row_upper):
             lower, upper = intermediate.lower[k], intermediate.upper[k]
             unstable = (lower < 0) & (upper > 0) & (splits[k] == 0)
             area = torch.where(unstable, upper * (-lower) / (upper - lower).clamp(min=1e-30), torch.zeros_like(lower))
-            scores[k] = g.squeeze(1) * area
+            # Every unstable neuron scores above zero, so a domain that is not a leaf always
+            # has a neuron to split even where the sensitivity bound vanishes.
+            scores[k] = g.squeeze(1) * area + unstable * torch.finfo(area.dtype).tiny
             g = g * (upper > 0).unsqueeze(1)
         elif stage.abs_weight is not None:
             g = stage.backward_abs(g)
