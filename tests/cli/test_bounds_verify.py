@@ -50,6 +50,13 @@ def test_verify_holds_exits_0(invoke, tiny):
     assert result.stdout.startswith("holds")
 
 
+def test_verify_threads_option_runs_and_leaves_the_caller_s_setting_alone(invoke, tiny):
+    before = torch.get_num_threads()
+    result = invoke("verify", tiny["model"], tiny["holds"], "--timeout", 30, "--threads", 1)
+    assert result.exit_code == 0, result.output
+    assert torch.get_num_threads() == before
+
+
 def test_verify_violated_exits_10_with_a_rechecked_counterexample(invoke, tiny):
     result = invoke("verify", tiny["model"], tiny["violated"], "--timeout", 30, "--json")
     assert result.exit_code == 10, result.output
@@ -85,6 +92,8 @@ def test_verify_undecided_exits_20(invoke, tiny, monkeypatch, status, code):
         (("MODEL", "PROPERTY", "--workers", "2"), "--workers is only used with --instances"),
         (("MODEL", "PROPERTY", "--timeout", "0"), "--timeout must be a positive"),
         (("MODEL", "PROPERTY", "--method", "beta"), "--method must be one of"),
+        (("MODEL", "PROPERTY", "--threads", "0"), "--threads must be ≥ 1"),
+        (("--instances", "x.csv", "--threads", "2"), "--threads is for one instance"),
     ],
 )
 def test_verify_argument_errors(invoke, tiny, args, message):

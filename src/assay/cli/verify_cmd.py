@@ -29,6 +29,8 @@ from assay.errors import OptionError
 __all__ = ["verify"]
 
 DEFAULT_TIMEOUT = 300.0
+# Below this many parameters a network's tensors are too small for torch's threads to pay off.
+SMALL_NETWORK_PARAMETERS = 100_000
 _METHODS = ("crown", "alpha", "ibp")
 _EXIT_FOR_STATUS = {"holds": 0, "violated": EXIT_VIOLATED, "unknown": EXIT_UNDECIDED, "timeout": EXIT_UNDECIDED}
 
@@ -48,6 +50,9 @@ def verify(
     scheduler: str = typer.Option(None, "--scheduler", help="With --instances: run on the Dask cluster at this address "
                                   "(e.g. tcp://10.0.0.5:8786) instead of a local process pool."),
     out: Path = typer.Option(None, "--out", "-o", help="With --instances: write per-instance results to this CSV."),
+    threads: int = typer.Option(None, "--threads", help="torch threads for one instance (default: 1 for networks "
+                                f"under {SMALL_NETWORK_PARAMETERS:,} parameters, whose small tensors gain nothing "
+                                "from threads and lose much when the cores are shared; torch's default otherwise)."),
 ) -> None:
     """Decide whether MODEL satisfies PROPERTY, or run every instance of an --instances CSV.
 
@@ -66,6 +71,8 @@ def verify(
             raise OptionError("give --workers (a local pool) or --scheduler (a Dask cluster), not both")
         if workers is not None and workers < 1:
             raise OptionError(f"--workers must be ≥ 1; got {workers}")
+        if threads is not None:
+            raise OptionError("--threads is for one instance; with --instances every worker runs one torch thread")
         code = _run_instances(instances, timeout, method, json_output, workers, scheduler, out)
     else:
         if model is None or property_file is None:
@@ -73,17 +80,33 @@ def verify(
         for flag, value in (("--workers", workers), ("--scheduler", scheduler), ("--out", out)):
             if value is not None:
                 raise OptionError(f"{flag} is only used with --instances")
-        code = _run_one(model, property_file, timeout if timeout is not None else DEFAULT_TIMEOUT, method, json_output)
+        if threads is not None and threads < 1:
+            raise OptionError(f"--threads must be ≥ 1; got {threads}")
+        code = _run_one(model, property_file, timeout if timeout is not None else DEFAULT_TIMEOUT, method, json_output,
+                        threads)
     if code:
         raise typer.Exit(code)
 
 
 # ------------------------------------------------------------------------------- one instance
-def _run_one(model: Path, property_file: Path, timeout: float, method: str, json_output: bool) -> int:
-    from assay.verify import verify_vnnlib
+def _run_one(model: Path, property_file: Path, timeout: float, method: str, json_output: bool, threads: int | None) -> int:
+    import torch
 
     network = load_network(model)
     prop = read_property(property_file, network)
+    if threads is None and network.num_parameters < SMALL_NETWORK_PARAMETERS:
+        threads = 1
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads or previous_threads)
+    try:
+        return _verify_and_report(network, prop, model, property_file, timeout, method, json_output)
+    finally:
+        torch.set_num_threads(previous_threads)  # callers in the same process keep their setting
+
+
+def _verify_and_report(network, prop, model, property_file, timeout, method, json_output) -> int:
+    from assay.verify import verify_vnnlib
+
     started = time.perf_counter()
     if show_progress(json_output):
         from rich.console import Console
@@ -115,7 +138,8 @@ def _run_one(model: Path, property_file: Path, timeout: float, method: str, json
         elif status == "timeout":
             out.print(f"no verdict within {timeout:g} s; raise --timeout")
         elif status == "unknown":
-            out.print("the search ended without a verdict (boxes too small to split further)")
+            out.print("the search ended without a verdict (regions too small to split further, or a numerically "
+                      "borderline linear region)")
     return _EXIT_FOR_STATUS[status]
 
 
