@@ -1,8 +1,8 @@
 """Branch and bound over the input box (for networks with few inputs, e.g. ACAS Xu).
 
-Each round bounds a batch of pending boxes with :func:`assay.bounds.compute_bounds`; a box is
-done when some unsafe row has a negative upper bound on it (no point of the box can satisfy
-the whole conjunction). Otherwise the box is probed for a counterexample (its center, the
+Each round bounds a batch of pending boxes with :func:`assay.bounds.compute_bounds` (CROWN,
+then α-CROWN on the output rows of the boxes CROWN leaves open); a box is done when some unsafe
+row has a negative upper bound on it (no point of the box can satisfy the whole conjunction). Otherwise the box is probed for a counterexample (its center, the
 corner that maximises the linear upper bound of its most promising row) and split in two
 along the dimension with the largest ``|A_j| · width_j`` of that row's linear bound.
 
