@@ -16,10 +16,10 @@ from tests.verify.test_verify import box, random_network, sampled_max, unsafe_re
 def pattern_of(network, x):
     """Pre-activation values of every ReLU layer at points x (N, n)."""
     values, h = [], x
-    for layer in network.layers:
+    for index, layer in enumerate(network.layers):
         if type(layer).__name__ == "ReLU":
             values.append(h)
-        h = network.apply_layer(network.layers.index(layer), h)
+        h = network.apply_layer(index, h)
     return values
 
 
@@ -92,3 +92,29 @@ def test_relu_splitting_decides_small_networks_to_the_leaves_and_agrees_with_mar
         x = ours.counterexample.input.reshape(1, 3)
         assert ((x >= -1) & (x <= 1)).all()
         assert (network.forward(x) @ torch.as_tensor(C).T + torch.as_tensor(d) >= 0).all()
+
+
+def test_affine_forms_reproduce_the_network_on_its_linear_region_for_conv_and_pool_layers():
+    """The forms the LP is built from equal the network (and every ReLU input) at the point whose
+    activation pattern they use: Conv2d, AvgPool2d, Flatten and Linear."""
+    from assay.bounds._ops import plan_for
+    from assay.nn import AvgPool2d, Conv2d, Flatten, Linear, Network, ReLU
+    from assay.verify.leaf_lp import _affine_forms
+
+    rng = np.random.default_rng(0)
+
+    def tensor(*shape, scale=1.0):
+        return torch.as_tensor(rng.normal(0, scale, shape))
+
+    network = Network((Conv2d(tensor(2, 1, 3, 3, scale=0.6), tensor(2, scale=0.3), 1, 1), ReLU(), AvgPool2d(2, 2),
+                       Flatten(), Linear(tensor(5, 8, scale=0.8), tensor(5, scale=0.3)), ReLU(),
+                       Linear(tensor(3, 5), tensor(3, scale=0.3))), (1, 4, 4))
+    for _ in range(5):
+        x = torch.as_tensor(rng.uniform(-1, 1, (1, 1, 4, 4)))
+        pre = pattern_of(network, x)
+        signs = [torch.where(p[0] >= 0, 1.0, -1.0).to(torch.float64) for p in pre]
+        forms, (coef, offset) = _affine_forms(network, plan_for(network, torch.float64), signs)
+        flat = x.reshape(-1)
+        assert torch.allclose(coef @ flat + offset, network.forward(x).reshape(-1), atol=1e-12)
+        for (layer_coef, layer_offset), values in zip(forms, pre):
+            assert torch.allclose(layer_coef @ flat + layer_offset, values.reshape(-1), atol=1e-12)
