@@ -82,3 +82,38 @@ def test_alpha_pass_bounds_hold_at_sampled_points_and_are_never_looser_than_crow
     # Not vacuous: the pass refutes boxes that CROWN could not.
     refuted = lambda groups: (groups < 0).all(1)  # noqa: E731
     assert (refuted(alpha_groups) & ~refuted(crown_groups)).any()
+
+
+def test_root_refutation_is_never_contradicted_by_sampling_and_skips_the_search():
+    """A query refuted by bounds over its whole box has no sampled violating point, and the
+    verifier then answers HOLDS without searching; queries left open are still searched."""
+    from tests.verify.test_verify import random_network, unsafe_region
+
+    from assay.bounds import compute_bounds
+    from assay.sets import Box
+    from assay.verify import verify
+    from assay.verify.input_split import SearchStats, refuted_at_root
+    from assay.verify.problem import from_unsafe
+
+    network = random_network(4, widths=(3, 12, 12, 2))
+    rng = np.random.default_rng(4)
+    x = torch.as_tensor(rng.uniform(-1, 1, (100_000, 3)))
+    x[:20_000] = torch.as_tensor(rng.choice([-1.0, 1.0], (20_000, 3)))
+    difference = (network.forward(x) @ torch.tensor([1.0, -1.0], dtype=torch.float64)).amax()
+    box = Box(-torch.ones(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64))
+    C = torch.tensor([[1.0, -1.0]], dtype=torch.float64)
+    root = compute_bounds(network, (box.lower.unsqueeze(0), box.upper.unsqueeze(0)), spec=(C, torch.zeros(1, dtype=torch.float64)))
+    outcomes = []
+    # From offsets with sampled violations to offsets beyond CROWN's root bound.
+    for offset in -torch.linspace(float(difference) - 0.2, float(root.upper) + 0.5, 15):
+        unsafe = unsafe_region(C, offset.reshape(1))
+        query = from_unsafe(network, box, unsafe)[0]
+        refuted = refuted_at_root(network, query, method="alpha", dtype="float64", stats=SearchStats())
+        sampled_violation = bool(((network.forward(x) @ C.T).squeeze(1) + offset >= 0).any())
+        assert not (refuted and sampled_violation)
+        result = verify(network, box, unsafe=unsafe, timeout=30)
+        assert result.stats["attacks"] == (0 if refuted else 1)
+        if refuted:
+            assert result.status.value == "holds"
+        outcomes.append(refuted)
+    assert any(outcomes) and not all(outcomes)  # both branches are exercised

@@ -117,6 +117,18 @@ def input_split(
     return VerificationStatus.HOLDS, None
 
 
+def refuted_at_root(network: Network, query: UnsafeQuery, *, method: str, dtype: str, stats: SearchStats) -> bool:
+    """True when sound bounds over the query's whole box show that no point of it is unsafe.
+
+    One bound call (CROWN, then α-CROWN if ``method="alpha"`` and CROWN leaves it open). The
+    verifier asks this before searching for counterexamples: most ACAS Xu properties are
+    decided here in ~15 ms, where the search would spend ~0.4 s sampling a safe box.
+    """
+    lower, upper = query.lower.unsqueeze(0), query.upper.unsqueeze(0)
+    _, group_upper = _bound_boxes(network, query, lower, upper, None, method, dtype, stats, {})
+    return bool((group_upper < 0).all())
+
+
 def _bound_boxes(network, query, lower, upper, parents, method, dtype, stats, grids):
     """Bound the unsafe rows on boxes (B, n); returns (BoundsResult-like, group upper bounds (B, G)).
 
