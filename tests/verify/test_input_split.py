@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -92,7 +93,7 @@ def test_root_refutation_is_never_contradicted_by_sampling_and_skips_the_search(
     from assay.bounds import compute_bounds
     from assay.sets import Box
     from assay.verify import verify
-    from assay.verify.input_split import SearchStats, refuted_at_root
+    from assay.verify.input_split import SearchStats, bound_root, input_split
     from assay.verify.problem import from_unsafe
 
     network = random_network(4, widths=(3, 12, 12, 2))
@@ -108,9 +109,16 @@ def test_root_refutation_is_never_contradicted_by_sampling_and_skips_the_search(
     for offset in -torch.linspace(float(difference) - 0.2, float(root.upper) + 0.5, 15):
         unsafe = unsafe_region(C, offset.reshape(1))
         query = from_unsafe(network, box, unsafe)[0]
-        refuted = refuted_at_root(network, query, method="alpha", dtype="float64", stats=SearchStats())
+        root_stats = SearchStats()
+        root_bounds = bound_root(network, query, method="alpha", dtype="float64", stats=root_stats)
+        refuted = root_bounds.refuted
         sampled_violation = bool(((network.forward(x) @ C.T).squeeze(1) + offset >= 0).any())
         assert not (refuted and sampled_violation)
+        # Branching from the reused root bounds is the same search as branching from scratch.
+        fresh_stats = SearchStats()
+        fresh = input_split(network, query, time.monotonic() + 30, method="alpha", stats=fresh_stats)
+        reused = input_split(network, query, time.monotonic() + 30, method="alpha", stats=root_stats, root=root_bounds)
+        assert reused[0] == fresh[0] and root_stats.domains == fresh_stats.domains
         result = verify(network, box, unsafe=unsafe, timeout=30)
         assert result.stats["attacks"] == (0 if refuted else 1)
         if refuted:

@@ -10,7 +10,7 @@ from assay._validate import check_choice, check_float, check_int
 from assay.errors import OptionError
 from assay.nn.network import Network
 from assay.verify.attack import search
-from assay.verify.input_split import SearchStats, input_split, refuted_at_root
+from assay.verify.input_split import SearchStats, bound_root, input_split
 from assay.verify.problem import UnsafeQuery, from_required, from_unsafe
 from assay.verify.relu_split import relu_split
 from assay.verify.result import Counterexample, VerificationResult, VerificationStatus
@@ -111,21 +111,23 @@ def _run(network, queries, timeout, method, dtype, batch_size, attack_restarts, 
         })
 
     if strategy == "input":
-        # Sound bounds on the whole box settle most easy queries at a fraction of the attack's cost.
-        open_queries = [q for q in queries if not refuted_at_root(network, q, method=method, dtype=dtype, stats=stats)]
+        # Sound bounds on the whole box settle easy queries at a fraction of the attack's cost;
+        # the others start branching from these bounds.
+        bounded = [(q, bound_root(network, q, method=method, dtype=dtype, stats=stats)) for q in queries]
+        open_queries = [(q, root) for q, root in bounded if not root.refuted]
     else:
-        open_queries = list(queries)
+        open_queries = [(q, None) for q in queries]
     if attack_restarts:
-        for query in open_queries:
+        for query, _ in open_queries:
             stats.attacks += 1
             found = search(network, query, rng, restarts=attack_restarts)
             if found is not None:
                 return finish(VerificationStatus.VIOLATED, found, query.index)
     worst = VerificationStatus.HOLDS
-    for query in open_queries:
+    for query, root in open_queries:
         if strategy == "input":
             status, found = input_split(network, query, deadline, method=method, dtype=dtype,
-                                        batch_size=batch_size, stats=stats, progress=progress)
+                                        batch_size=batch_size, stats=stats, progress=progress, root=root)
         else:
             status, found = relu_split(network, query, deadline, dtype=dtype, batch_size=min(batch_size, 256),
                                        stats=stats, progress=progress)

@@ -77,16 +77,16 @@ def _refute_conjunction(network, query, C, d, deadline, dtype, batch_size, stats
     found = _probe(network, query, root, torch.ones(1, dtype=torch.bool))
     if found is not None:
         return VerificationStatus.VIOLATED, found
-    relu_shapes = [t.shape[1:] for t in root.intermediate.lower]
-    empty_splits = [torch.zeros(1, *s, dtype=torch.int8) for s in relu_shapes]
-    # Pending domains in chunks: (splits per layer, the parent's intermediate bounds, parent's row bounds).
     if is_leaf(root.intermediate.lower, root.intermediate.upper).item():
         verdict, found = decide_leaf(network, query, C, d, [t[0] for t in root.intermediate.lower],
                                      [t[0] for t in root.intermediate.upper])
         stats.leaf_lps += 1
         status = {REFUTED: VerificationStatus.HOLDS, VIOLATED: VerificationStatus.VIOLATED}
         return status.get(verdict, VerificationStatus.UNKNOWN), found
+    relu_shapes = [t.shape[1:] for t in root.intermediate.lower]
+    empty_splits = [torch.zeros(1, *s, dtype=torch.int8) for s in relu_shapes]
     children = _branch(network, C, empty_splits, root.intermediate, root.upper)
+    # Pending domains in chunks: (splits per layer, the parent's intermediate bounds, depth).
     pending = 2
     pending_chunks = [(children[0], children[1], torch.ones(2, dtype=torch.long))]
     done_mass = 0.0  # fraction of the split tree's leaves closed, weighting a depth-k leaf by 2^-k
