@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from assay.verify import VerificationStatus, verify
-from assay.verify.leaf_lp import REFUTED, UNKNOWN, VIOLATED, decide_leaf
+from assay.verify.leaf_lp import REFUTED, VIOLATED, decide_leaf
 from assay.verify.marabou import solve_network
 from assay.verify.problem import from_unsafe
 from tests.verify.test_verify import box, random_network, sampled_max, unsafe_region
@@ -57,21 +57,37 @@ def test_leaf_verdicts_match_the_linear_region_sampled_densely(seed):
     assert seen == {REFUTED, VIOLATED}, seen
 
 
-def test_leaf_with_a_pattern_no_input_realises_is_not_refuted_by_mistake():
-    """Bounds claiming a sign pattern: a REFUTED verdict must still hold on every point of the
-    region, and the verdict is one of the three values."""
+def test_every_sign_pattern_of_a_small_layer_gets_a_verdict_sampling_cannot_contradict():
+    """All 16 sign patterns of a 4-neuron layer, realised by some input or by none: REFUTED only
+    where no sampled point of the pattern's region violates (patterns no input realises are
+    refuted, never violated), VIOLATED only with a re-checked point of the region."""
+    import itertools
+
     network = random_network(11, widths=(2, 4, 2))
     C = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
     d = torch.tensor([0.0], dtype=torch.float64)
     query = from_unsafe(network, box(2), unsafe_region(C, d))[0]
-    lower = [torch.zeros(4, dtype=torch.float64)]
-    upper = [torch.full((4,), 1e3, dtype=torch.float64)]
-    verdict, _ = decide_leaf(network, query, C, d, lower, upper)
     x = torch.as_tensor(np.random.default_rng(0).uniform(-1, 1, (100_000, 2)))
-    all_active = (pattern_of(network, x)[0] >= 0).all(1)
-    if verdict == REFUTED:
-        assert (network.forward(x[all_active])[:, 0] < 0).all()
-    assert verdict in (REFUTED, VIOLATED, UNKNOWN)
+    pre = pattern_of(network, x)[0]
+    outputs = network.forward(x)[:, 0]
+    seen = {"realised": set(), "unrealised": set()}
+    for pattern in itertools.product([False, True], repeat=4):
+        active = torch.tensor(pattern)
+        lower = [torch.where(active, 0.0, -1e3).to(torch.float64)]
+        upper = [torch.where(active, 1e3, 0.0).to(torch.float64)]
+        verdict, found = decide_leaf(network, query, C, d, lower, upper)
+        in_region = ((pre >= 0) == active).all(1)
+        seen["realised" if in_region.any() else "unrealised"].add(verdict)
+        if verdict == REFUTED:
+            assert (outputs[in_region] < 0).all(), pattern
+        elif verdict == VIOLATED:
+            point, output = found
+            assert ((point >= -1) & (point <= 1)).all()
+            assert float(network.forward(point.reshape(1, 2))[0, 0]) >= 0
+            point_pre = pattern_of(network, point.reshape(1, 2))[0][0]
+            assert ((point_pre >= 0) == active).all() or (point_pre.abs() < 1e-9).any(), pattern
+    assert seen["realised"] == {REFUTED, VIOLATED}, seen  # both exact answers occur
+    assert seen["unrealised"] == {REFUTED}, seen
 
 
 @pytest.mark.parametrize("seed", range(6))
