@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -93,6 +92,7 @@ def test_root_refutation_is_never_contradicted_by_sampling_and_skips_the_search(
     from assay.bounds import compute_bounds
     from assay.sets import Box
     from assay.verify import verify
+    from assay.verify.deadline import Deadline
     from assay.verify.input_split import SearchStats, bound_root, input_split
     from assay.verify.problem import from_unsafe
 
@@ -116,8 +116,8 @@ def test_root_refutation_is_never_contradicted_by_sampling_and_skips_the_search(
         assert not (refuted and sampled_violation)
         # Branching from the reused root bounds is the same search as branching from scratch.
         fresh_stats = SearchStats()
-        fresh = input_split(network, query, time.monotonic() + 30, method="alpha", stats=fresh_stats)
-        reused = input_split(network, query, time.monotonic() + 30, method="alpha", stats=root_stats, root=root_bounds)
+        fresh = input_split(network, query, Deadline.after(30), method="alpha", stats=fresh_stats)
+        reused = input_split(network, query, Deadline.after(30), method="alpha", stats=root_stats, root=root_bounds)
         assert reused[0] == fresh[0] and root_stats.domains == fresh_stats.domains
         result = verify(network, box, unsafe=unsafe, timeout=30)
         assert result.stats["attacks"] == (0 if refuted else 1)

@@ -10,6 +10,7 @@ from assay.verify import VerificationStatus, verify
 from assay.verify.leaf_lp import REFUTED, VIOLATED, decide_leaf
 from assay.verify.marabou import solve_network
 from assay.verify.problem import from_unsafe
+from tests.requirements import require
 from tests.verify.test_verify import box, random_network, sampled_max, unsafe_region
 
 
@@ -92,7 +93,7 @@ def test_every_sign_pattern_of_a_small_layer_gets_a_verdict_sampling_cannot_cont
 
 @pytest.mark.parametrize("seed", range(6))
 def test_relu_splitting_decides_small_networks_to_the_leaves_and_agrees_with_marabou(seed):
-    pytest.importorskip("maraboupy")
+    require("maraboupy")
     network = random_network(200 + seed, widths=(3, 6, 6, 2))
     C = np.array([[1.0, -1.0]])
     offset = 0.02 if seed % 2 else -0.02

@@ -43,6 +43,7 @@ def compute_bounds(
     options: AlphaCrownOptions | BetaCrownOptions | None = None,
     objective: Objective | None = None,
     return_linear: bool = False,
+    deadline: float | None = None,
 ) -> BoundsResult:
     """Sound bounds of ``C · f(x) + d`` over a batch of input domains.
 
@@ -80,6 +81,8 @@ def compute_bounds(
         objective: for ``"alpha"``/``"beta"``: a function (LinearBounds, lower (B, S)) → (B,)
             to maximise instead of the sum of lower bounds (e.g. a sample-based volume).
         return_linear: also return linear bounds w.r.t. the input (CROWN-family methods).
+        deadline: for ``"alpha"``/``"beta"``: a ``time.monotonic()`` instant after which no
+            further optimisation step starts (the bounds stay sound, only less tight).
 
     Returns:
         :class:`BoundsResult` with ``lower``/``upper`` of shape (B, S).
@@ -185,7 +188,7 @@ def compute_bounds(
                 plan, stacked_C, stacked_d, bounds, center, radius,
                 deltas=deltas, split_signs=signs_for_beta, iterations=options.iterations,
                 lr_alpha=lr_alpha, lr_beta=lr_beta, lr_decay=options.lr_decay,
-                objective=objective, to_linear=to_linear,
+                objective=objective, to_linear=to_linear, deadline=deadline,
             )
         stats["iterations"] = iterations
         with torch.no_grad():

@@ -7,6 +7,7 @@ anytime and never looser than the CROWN bound it starts from.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import torch
@@ -40,6 +41,7 @@ def optimize_bounds(
     lr_decay: float,
     objective: Objective | None,
     to_linear: Callable[[Backward, torch.Tensor], LinearBounds],
+    deadline: float | None = None,
 ) -> tuple[torch.Tensor, Backward, torch.Tensor, int]:
     """Maximise the lower bound of each row of ``C · f(x) + d`` over α (and β where split).
 
@@ -49,6 +51,8 @@ def optimize_bounds(
         objective: maps (linear bounds, concrete lower (B, S)) to a per-domain score (B,) to
             maximise; default the sum of the lower bounds.
         to_linear: turns a Backward and its margin into LinearBounds for the objective.
+        deadline: a ``time.monotonic()`` instant after which no further iteration starts
+            (the best bound so far is returned: every iterate is sound).
     Returns:
         (best lower (B, S) elementwise over iterations, Backward at the best objective per
         domain, its margin, iterations run).
@@ -88,7 +92,11 @@ def optimize_bounds(
 
     optimizer = torch.optim.Adam(groups)
     scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, lr_decay)
+    done = 0
     for _ in range(iterations):
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        done += 1
         optimizer.zero_grad(set_to_none=True)
         back, lower, margin = evaluate()
         score = objective(to_linear(back, margin), lower)
@@ -114,7 +122,7 @@ def optimize_bounds(
         improved = score > best_score
         best_back = _select(improved, back, best_back)
         best_margin = torch.where(improved.unsqueeze(1), margin, best_margin)
-    return best_lower, best_back, best_margin, iterations
+    return best_lower, best_back, best_margin, done
 
 
 def _select(mask: torch.Tensor, new: Backward, old: Backward) -> Backward:

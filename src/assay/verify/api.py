@@ -10,6 +10,7 @@ from assay._validate import check_choice, check_float, check_int
 from assay.errors import OptionError
 from assay.nn.network import Network
 from assay.verify.attack import search
+from assay.verify.deadline import Deadline
 from assay.verify.input_split import SearchStats, bound_root, input_split
 from assay.verify.problem import UnsafeQuery, from_required, from_unsafe
 from assay.verify.relu_split import relu_split
@@ -45,7 +46,9 @@ def verify(
             conjunction, e.g. ``argmax_is(k, n)``); or
         unsafe: the forbidden output region (an OutputSpec, e.g. a VNN-LIB query's
             ``unsafe_outputs``). Give exactly one of the two.
-        timeout: seconds; when exceeded the status is TIMEOUT.
+        timeout: seconds; when exceeded the status is TIMEOUT. Every phase (bounding, the
+            counterexample search, branching, leaf LPs) stops at the deadline, so the call
+            returns soon after it (one bound pass or LP at most).
         method: bound method of input splitting: ``"alpha"`` (default: CROWN, then α-CROWN on
             the output rows of the boxes CROWN leaves open), ``"crown"`` or ``"ibp"``. ReLU
             splitting always uses β-CROWN.
@@ -97,7 +100,7 @@ def _run(network, queries, timeout, method, dtype, batch_size, attack_restarts, 
     check_int(attack_restarts, "attack_restarts", "verify", minimum=0)
     rng = rng if rng is not None else np.random.default_rng(0)
     started = time.monotonic()
-    deadline = started + timeout
+    deadline = Deadline(started + timeout)
     stats = SearchStats()
 
     def finish(status, found=None, query_index=0):
@@ -113,18 +116,25 @@ def _run(network, queries, timeout, method, dtype, batch_size, attack_restarts, 
     if strategy == "input":
         # Sound bounds on the whole box settle easy queries at a fraction of the attack's cost;
         # the others start branching from these bounds.
-        bounded = [(q, bound_root(network, q, method=method, dtype=dtype, stats=stats)) for q in queries]
-        open_queries = [(q, root) for q, root in bounded if not root.refuted]
+        open_queries = []
+        for query in queries:
+            if deadline.passed():
+                return finish(VerificationStatus.TIMEOUT)
+            root = bound_root(network, query, method=method, dtype=dtype, stats=stats, deadline=deadline)
+            if not root.refuted:
+                open_queries.append((query, root))
     else:
         open_queries = [(q, None) for q in queries]
     if attack_restarts:
         for query, _ in open_queries:
             stats.attacks += 1
-            found = search(network, query, rng, restarts=attack_restarts)
+            found = search(network, query, rng, restarts=attack_restarts, deadline=deadline)
             if found is not None:
                 return finish(VerificationStatus.VIOLATED, found, query.index)
     worst = VerificationStatus.HOLDS
     for query, root in open_queries:
+        if deadline.passed():
+            return finish(VerificationStatus.TIMEOUT)
         if strategy == "input":
             status, found = input_split(network, query, deadline, method=method, dtype=dtype,
                                         batch_size=batch_size, stats=stats, progress=progress, root=root)

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from assay.nn.network import Network
+from assay.verify.deadline import Deadline
 from assay.verify.problem import UnsafeQuery
 
 
@@ -44,6 +45,7 @@ def pgd(
     steps: int = 50,
     first_step: float = 0.1,
     last_step: float = 1e-4,
+    deadline: Deadline | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Projected sign-gradient ascent of the margin from ``starts`` (N, n) inside boxes (N, n).
 
@@ -52,8 +54,8 @@ def pgd(
     than a linearly decaying step resolves (ACAS Xu 1_9 property 7: PGD with steps ≥ 0.5 % of
     the width stalls at margin −6·10⁻⁴ next to a violating region).
 
-    Runs in float32 for speed (the caller re-checks in float64). Returns the best point per
-    start and its float32 margin.
+    Runs in float32 for speed (the caller re-checks in float64). Stops early at ``deadline``.
+    Returns the best point per start and its float32 margin.
     """
     model = _float32_model(network)
     lo, hi = lower.to(torch.float32), upper.to(torch.float32)
@@ -63,6 +65,8 @@ def pgd(
     best_x = x.detach().clone()
     best = torch.full((x.shape[0],), -torch.inf)
     for step in range(steps):
+        if deadline is not None and deadline.passed():
+            break
         y = model(x.reshape(x.shape[0], *network.input_shape)).reshape(x.shape[0], -1)
         value = query.group_margin(y @ C32.T + d32)
         with torch.no_grad():
@@ -84,6 +88,7 @@ def search(
     restarts: int = 32,
     steps: int = 50,
     samples: int | None = None,
+    deadline: Deadline | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Random sampling, then PGD from the best samples and random restarts over the query box.
 
@@ -91,6 +96,7 @@ def search(
     puts most of them near the faces and corners of the box, where violations of trained
     networks tend to sit (sensor ranges end there). ``samples`` defaults to a budget of about
     2·10⁹ multiply-adds (131,072 points for an ACAS Xu network, fewer for larger ones).
+    At ``deadline`` it stops (between sample chunks and PGD steps) with what it has found.
     """
     n = query.lower.numel()
     if samples is None:
@@ -99,6 +105,8 @@ def search(
     keep = max(restarts // 2, 1)
     best_points, best_values = [], []
     for start in range(0, samples, _SAMPLE_CHUNK):
+        if deadline is not None and deadline.passed():
+            return None
         count = min(_SAMPLE_CHUNK, samples - start)
         uniform = rng.uniform(size=(count - count // 2, n))
         boundary = rng.beta(0.3, 0.3, size=(count // 2, n))
@@ -115,7 +123,8 @@ def search(
     center = ((query.lower + query.upper) / 2).unsqueeze(0)
     random_starts = query.lower + width * torch.as_tensor(rng.uniform(size=(max(restarts - keep - 1, 0), n)))
     starts = torch.cat([center, best, random_starts])[: max(restarts, 1)]
-    x, _ = pgd(network, query, query.lower.expand_as(starts), query.upper.expand_as(starts), starts, steps)
+    x, _ = pgd(network, query, query.lower.expand_as(starts), query.upper.expand_as(starts), starts, steps,
+               deadline=deadline)
     return confirm(network, query, x)
 
 

@@ -24,6 +24,7 @@ from assay.bounds import AlphaCrownOptions, BoundsResult, IntermediateBounds, Li
 from assay.bounds._ops import ReluStage, plan_for
 from assay.nn.network import Network
 from assay.verify.attack import confirm, pgd
+from assay.verify.deadline import Deadline
 from assay.verify.problem import UnsafeQuery
 from assay.verify.result import VerificationStatus
 
@@ -47,7 +48,7 @@ class SearchStats:
 def input_split(
     network: Network,
     query: UnsafeQuery,
-    deadline: float,
+    deadline: Deadline,
     *,
     method: str = "crown",
     dtype: str = "float64",
@@ -59,7 +60,8 @@ def input_split(
     """Decide one unsafe query by input splitting. Returns (status, (x, y) for VIOLATED).
 
     ``root``: :func:`bound_root` of this query with the same method and dtype, used as the
-    bounds of the first round instead of bounding the whole box again.
+    bounds of the first round instead of bounding the whole box again. Rounds are sized by
+    ``deadline`` so that the search returns TIMEOUT soon after it passes.
     """
     shape = network.input_shape
     full_width = (query.upper - query.lower).clamp(min=1e-30)
@@ -71,14 +73,17 @@ def input_split(
     done_volume = 0.0
     grids = {}
     while pending:
-        if time.monotonic() > deadline:
+        if deadline.passed():
             return VerificationStatus.TIMEOUT, None
-        lower, upper, parents = _take(chunks, batch_size)
+        lower, upper, parents = _take(chunks, deadline.batch(batch_size))
         pending -= lower.shape[0]
         if root is not None:  # the first round: the whole box, already bounded
             result, group_upper, root = root.result, root.group_upper, None
         else:
-            result, group_upper = _bound_boxes(network, query, lower, upper, parents, method, dtype, stats, grids)
+            started = time.monotonic()
+            result, group_upper = _bound_boxes(network, query, lower, upper, parents, method, dtype, stats, grids,
+                                               deadline)
+            deadline.record(lower.shape[0], time.monotonic() - started)
         row_upper = result.upper  # (B, m): upper bounds of each unsafe row
         best_row = _row_to_refine(row_upper, query.groups)
         safe = (group_upper < 0).all(1)
@@ -101,7 +106,7 @@ def input_split(
             center = (lower + upper) / 2
             found = confirm(network, query, torch.cat([corner, center]))
             if found is None and stats.bound_calls % 8 == 1:
-                found = _attack_worst(network, query, lower, upper, group_upper[open_], stats)
+                found = _attack_worst(network, query, lower, upper, group_upper[open_], stats, deadline)
             if found is not None:
                 return VerificationStatus.VIOLATED, found
             width = upper - lower
@@ -139,7 +144,8 @@ class RootBounds:
         return bool((self.group_upper < 0).all())
 
 
-def bound_root(network: Network, query: UnsafeQuery, *, method: str, dtype: str, stats: SearchStats) -> RootBounds:
+def bound_root(network: Network, query: UnsafeQuery, *, method: str, dtype: str, stats: SearchStats,
+               deadline: Deadline | None = None) -> RootBounds:
     """Bound the query's whole box (CROWN, then α-CROWN if ``method="alpha"`` and CROWN leaves it open).
 
     The verifier does this before searching for counterexamples: on ACAS Xu it settles 18 of
@@ -147,10 +153,10 @@ def bound_root(network: Network, query: UnsafeQuery, *, method: str, dtype: str,
     box. Pass the result to :func:`input_split` as ``root`` so that it is not computed twice.
     """
     lower, upper = query.lower.unsqueeze(0), query.upper.unsqueeze(0)
-    return RootBounds(*_bound_boxes(network, query, lower, upper, None, method, dtype, stats, {}))
+    return RootBounds(*_bound_boxes(network, query, lower, upper, None, method, dtype, stats, {}, deadline))
 
 
-def _bound_boxes(network, query, lower, upper, parents, method, dtype, stats, grids):
+def _bound_boxes(network, query, lower, upper, parents, method, dtype, stats, grids, deadline=None):
     """Bound the unsafe rows on boxes (B, n); returns (BoundsResult-like, group upper bounds (B, G)).
 
     A child box lies inside its parent, so the parent's pre-activation bounds hold on it:
@@ -178,6 +184,7 @@ def _bound_boxes(network, query, lower, upper, parents, method, dtype, stats, gr
         network, (sub_lower.reshape(-1, *shape), sub_upper.reshape(-1, *shape)), spec=(query.C, query.d),
         method="alpha", dtype=dtype, sides="upper", return_linear=True,
         intermediate=result.intermediate.select(open_), refine_intermediate=False, options=_ALPHA_OPTIONS,
+        deadline=None if deadline is None else deadline.at,
     )
     stats.bound_calls += 1
     tighter_group = torch.minimum(group_upper[open_], _conjunction_upper(tighter, sub_lower, sub_upper, query.groups, grids))
@@ -349,10 +356,10 @@ def _row_to_refine(row_upper: torch.Tensor, groups: torch.Tensor) -> torch.Tenso
     return per_group[torch.arange(row_upper.shape[0]), hardest].argmin(1)
 
 
-def _attack_worst(network, query, lower, upper, group_upper, stats, count: int = 16):
+def _attack_worst(network, query, lower, upper, group_upper, stats, deadline, count: int = 16):
     """PGD inside the open boxes whose bounds are least negative (most likely to hide a violation)."""
     stats.attacks += 1
     order = group_upper.amax(1).argsort(descending=True)[:count]
     lo, hi = lower[order], upper[order]
-    x, _ = pgd(network, query, lo, hi, (lo + hi) / 2, steps=20)
+    x, _ = pgd(network, query, lo, hi, (lo + hi) / 2, steps=20, deadline=deadline)
     return confirm(network, query, x)

@@ -29,6 +29,7 @@ from assay.bounds import AlphaCrownOptions, BetaCrownOptions, IntermediateBounds
 from assay.bounds._ops import ReluStage, plan_for
 from assay.nn.network import Network
 from assay.verify.attack import confirm, pgd
+from assay.verify.deadline import Deadline
 from assay.verify.input_split import SearchStats
 from assay.verify.leaf_lp import REFUTED, VIOLATED, decide_leaf, is_leaf
 from assay.verify.problem import UnsafeQuery
@@ -38,7 +39,7 @@ from assay.verify.result import VerificationStatus
 def relu_split(
     network: Network,
     query: UnsafeQuery,
-    deadline: float,
+    deadline: Deadline,
     *,
     dtype: str = "float64",
     batch_size: int = 256,
@@ -69,7 +70,7 @@ def _refute_conjunction(network, query, C, d, deadline, dtype, batch_size, stats
     shape = network.input_shape
     box = (query.lower.reshape(1, *shape), query.upper.reshape(1, *shape))
     root = compute_bounds(network, box, spec=(C, d), method="alpha", dtype=dtype, sides="upper",
-                          options=AlphaCrownOptions(iterations=20), return_linear=True)
+                          options=AlphaCrownOptions(iterations=20), return_linear=True, deadline=deadline.at)
     stats.bound_calls += 1
     stats.domains += 1
     if (root.upper < 0).any():
@@ -77,6 +78,8 @@ def _refute_conjunction(network, query, C, d, deadline, dtype, batch_size, stats
     found = _probe(network, query, root, torch.ones(1, dtype=torch.bool))
     if found is not None:
         return VerificationStatus.VIOLATED, found
+    if deadline.passed():
+        return VerificationStatus.TIMEOUT, None
     if is_leaf(root.intermediate.lower, root.intermediate.upper).item():
         verdict, found = decide_leaf(network, query, C, d, [t[0] for t in root.intermediate.lower],
                                      [t[0] for t in root.intermediate.upper])
@@ -92,28 +95,32 @@ def _refute_conjunction(network, query, C, d, deadline, dtype, batch_size, stats
     done_mass = 0.0  # fraction of the split tree's leaves closed, weighting a depth-k leaf by 2^-k
     options = BetaCrownOptions(iterations=beta_iterations)
     while pending_chunks:
-        if time.monotonic() > deadline:
+        if deadline.passed():
             return VerificationStatus.TIMEOUT, None
-        splits, parents, depth = _take(pending_chunks, batch_size)
+        splits, parents, depth = _take(pending_chunks, deadline.batch(batch_size))
         count = splits[0].shape[0]
         pending -= count
+        started = time.monotonic()
         result = compute_bounds(
             network, (box[0].expand(count, *shape), box[1].expand(count, *shape)), spec=(C, d),
             method="beta", dtype=dtype, sides="upper", splits=[s.to(torch.int64) for s in splits],
-            intermediate=parents, options=options, return_linear=True,
+            intermediate=parents, options=options, return_linear=True, deadline=deadline.at,
         )
+        deadline.record(count, time.monotonic() - started)
         stats.bound_calls += 1
         stats.domains += count
         closed = (result.upper < 0).any(1)
         done_mass += float(torch.pow(2.0, -depth[closed].to(torch.float64)).sum())
         open_ = ~closed
         if open_.any():
-            found = _probe(network, query, result, open_, attack=stats.bound_calls % 4 == 0)
+            found = _probe(network, query, result, open_, attack=stats.bound_calls % 4 == 0, deadline=deadline)
             if found is not None:
                 return VerificationStatus.VIOLATED, found
             # Open domains whose every ReLU has a known sign are decided exactly by an LP.
             leaves = open_ & is_leaf(result.intermediate.lower, result.intermediate.upper)
             for index in leaves.nonzero().flatten().tolist():
+                if deadline.passed():
+                    return VerificationStatus.TIMEOUT, None
                 verdict, found = decide_leaf(network, query, C, d, [t[index] for t in result.intermediate.lower],
                                              [t[index] for t in result.intermediate.upper])
                 stats.leaf_lps += 1
@@ -136,7 +143,7 @@ def _refute_conjunction(network, query, C, d, deadline, dtype, batch_size, stats
     return VerificationStatus.HOLDS, None
 
 
-def _probe(network, query, result, open_, attack: bool = False):
+def _probe(network, query, result, open_, attack: bool = False, deadline: Deadline | None = None):
     """Corners of the box that maximise the open domains' linear upper bounds (+ the center);
     with ``attack``, also PGD started from the corners of the 16 least refuted domains."""
     A = result.linear.upper_A[open_]
@@ -148,7 +155,8 @@ def _probe(network, query, result, open_, attack: bool = False):
     if found is None and attack:
         worst = result.upper[open_].amin(1).argsort(descending=True)[:16]
         starts = corners[worst, result.upper[open_][worst].argmin(1)]
-        x, _ = pgd(network, query, lower.expand_as(starts), upper.expand_as(starts), starts, steps=20)
+        x, _ = pgd(network, query, lower.expand_as(starts), upper.expand_as(starts), starts, steps=20,
+                   deadline=deadline)
         found = confirm(network, query, x)
     return found
 
@@ -163,6 +171,10 @@ def _branch(network, C, splits, intermediate: IntermediateBounds, row_upper):
     scores = _babsr_scores(network, C, splits, intermediate, row_upper)
     flat = torch.cat([s.reshape(count, -1) for s in scores], 1)
     best = flat.argmax(1)
+    if not (flat.gather(1, best.unsqueeze(1)) > 0).all():
+        # Splitting a neuron that is stable or already split changes nothing: the search would
+        # never end. Every domain handed here must have an unstable, unsplit neuron.
+        raise RuntimeError("ReLU splitting was asked to branch a domain with no unstable, unsplit neuron")
     sizes = [s[0].numel() for s in splits]
     offsets = torch.tensor([0] + sizes[:-1]).cumsum(0)
     children = []
@@ -201,8 +213,10 @@ def _babsr_scores(network, C, splits, intermediate, row_upper):
             unstable = (lower < 0) & (upper > 0) & (splits[k] == 0)
             area = torch.where(unstable, upper * (-lower) / (upper - lower).clamp(min=1e-30), torch.zeros_like(lower))
             # Every unstable neuron scores above zero, so a domain that is not a leaf always
-            # has a neuron to split even where the sensitivity bound vanishes.
-            scores[k] = g.squeeze(1) * area + unstable * torch.finfo(area.dtype).tiny
+            # has a neuron to split even where the sensitivity bound vanishes. (The floor is
+            # added in the scores' own dtype: float64's tiny is zero in float32.)
+            floor = unstable.to(area.dtype) * torch.finfo(area.dtype).tiny
+            scores[k] = g.squeeze(1) * area + floor
             g = g * (upper > 0).unsqueeze(1)
         elif stage.abs_weight is not None:
             g = stage.backward_abs(g)
