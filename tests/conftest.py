@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.requirements import in_ci, require
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -23,7 +25,7 @@ def data_dir() -> Path:
     found = shared_data_dir()
     if found is None:
         message = "the shared data folder is missing: set ASSAY_DATA or place ../shared/data beside the repository"
-        if os.environ.get("CI", "").lower() == "true":
+        if in_ci():
             pytest.fail(message)
         pytest.skip(message)
     return found
@@ -32,3 +34,10 @@ def data_dir() -> Path:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20261122)
+
+
+def pytest_runtest_setup(item):
+    """``@pytest.mark.requires("faiss", ...)``: fail in CI, skip elsewhere, when a package is missing."""
+    for mark in item.iter_markers("requires"):
+        for module in mark.args:
+            require(module)

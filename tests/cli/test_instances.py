@@ -10,6 +10,7 @@ import pytest
 
 from assay.errors import DataError
 from assay.run.vnncomp import read_instances
+from tests.requirements import require
 
 
 def read_results(path):
@@ -104,7 +105,7 @@ def test_acasxu_instances_csv(invoke, data_dir, tmp_path):
 
 
 def test_instances_on_a_dask_cluster(invoke, tiny, tmp_path):
-    distributed = pytest.importorskip("distributed")
+    distributed = require("distributed")
     instances = tmp_path / "instances.csv"
     instances.write_text("tiny.onnx,holds.vnnlib,30\ntiny.onnx,violated.vnnlib,30\n")
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp",

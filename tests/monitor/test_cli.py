@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from assay.cli.monitor_cmd import monitor
 from tests.monitor.oracle import oracle_witnesses
+from tests.requirements import require
 
 app = typer.Typer()
 app.command()(monitor)
@@ -58,7 +59,7 @@ def test_json_lines_stream(tmp_path):
 
 
 def test_parquet_stream(tmp_path):
-    pa = pytest.importorskip("pyarrow")
+    pa = require("pyarrow")
     import pyarrow.parquet as pq
 
     table = pa.table({"prediction": [1, 0], "a": [0.0, 0.05]})

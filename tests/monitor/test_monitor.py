@@ -12,10 +12,9 @@ from assay.errors import DataError, OptionError
 from assay.monitor import BACKENDS, Monitor, Witnesses, load_checkpoint
 from tests.monitor.oracle import oracle_witnesses
 from tests.monitor.strategies import streams
-from tests.monitor.test_conformance import _MISSING
+from tests.monitor.test_conformance import backend_marks
 
-BACKEND_NAMES = [pytest.param(name, marks=[pytest.mark.skip(reason=f"{name}'s package is not installed")] if _MISSING.get(name) else [])
-                 for name in BACKENDS]
+BACKEND_NAMES = [pytest.param(name, marks=backend_marks(name)) for name in BACKENDS]
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -220,7 +219,7 @@ def test_optional_backends_say_what_to_install(monkeypatch):
         bdd.BDDIndex(2, "linf", 0.1)
 
 
-@pytest.mark.skipif(_MISSING["bdd"], reason="dd is not installed")
+@pytest.mark.requires("dd")
 def test_bdd_engine_is_reported():
     from assay.monitor.frnn.bdd import BDD_ENGINE, BDDIndex
 

@@ -8,6 +8,7 @@ import pytest
 
 from assay.errors import AssayError, OptionError
 from assay.run import TaskError, TaskInputError, TasksInterrupted, run_tasks
+from tests.requirements import require
 from tests.run import jobs
 
 
@@ -99,7 +100,7 @@ def test_scheduler_address_without_port_is_a_clear_error():
 
 @pytest.fixture(scope="module")
 def dask_address():
-    distributed = pytest.importorskip("distributed")
+    distributed = require("distributed")
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp",
                                   host="127.0.0.1", dashboard_address=None) as cluster:
         yield cluster.scheduler_address
