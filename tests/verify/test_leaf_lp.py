@@ -114,9 +114,8 @@ def test_relu_splitting_decides_small_networks_to_the_leaves_and_agrees_with_mar
 def test_affine_forms_reproduce_the_network_on_its_linear_region_for_conv_and_pool_layers():
     """The forms the LP is built from equal the network (and every ReLU input) at the point whose
     activation pattern they use: Conv2d, AvgPool2d, Flatten and Linear."""
-    from assay.bounds._ops import plan_for
+    from assay.bounds import affine_forms
     from assay.nn import AvgPool2d, Conv2d, Flatten, Linear, Network, ReLU
-    from assay.verify.leaf_lp import _affine_forms
 
     rng = np.random.default_rng(0)
 
@@ -130,7 +129,7 @@ def test_affine_forms_reproduce_the_network_on_its_linear_region_for_conv_and_po
         x = torch.as_tensor(rng.uniform(-1, 1, (1, 1, 4, 4)))
         pre = pattern_of(network, x)
         signs = [torch.where(p[0] >= 0, 1.0, -1.0).to(torch.float64) for p in pre]
-        forms, (coef, offset) = _affine_forms(network, plan_for(network, torch.float64), signs)
+        forms, (coef, offset) = affine_forms(network, signs)
         flat = x.reshape(-1)
         assert torch.allclose(coef @ flat + offset, network.forward(x).reshape(-1), atol=1e-12)
         for (layer_coef, layer_offset), values in zip(forms, pre):

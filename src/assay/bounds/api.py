@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from assay._validate import check_choice
-from assay.bounds._ops import Plan, ReluStage, plan_for, unit_roundoff
+from assay.bounds.plan import Plan, ReluStage, plan_for, unit_roundoff
 from assay.bounds.crown import Backward, backsubstitute, concretize
 from assay.bounds.forward import MAX_FORWARD_INPUTS, forward_bounds
 from assay.bounds.ibp import center_radius, interval_pass

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from assay.bounds._ops import AffineStage, Plan, ReluStage, rounding_factor
+from assay.bounds.plan import AffineStage, Plan, ReluStage, rounding_factor
 from assay.bounds.ibp import magnitude, perturbation_radius
 from assay.bounds.relaxation import ReluRelaxation, relax_relu
 

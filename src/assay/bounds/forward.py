@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from assay.bounds._ops import AffineStage, Plan, ReluStage, unit_roundoff
+from assay.bounds.plan import AffineStage, Plan, ReluStage, unit_roundoff
 from assay.bounds.relaxation import relax_relu
 
 # Above this many input elements the coefficient tensors (B, inputs, *shape) get too large.

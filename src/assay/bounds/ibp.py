@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from assay.bounds._ops import AffineStage, Plan, ReluStage, unit_roundoff
+from assay.bounds.plan import AffineStage, Plan, ReluStage, unit_roundoff
 
 # Elements of the (batch, out, in) product tensor built at once for exact interval weights.
 _CORNER_CHUNK = 1 << 22

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from assay.bounds._ops import Plan
+from assay.bounds.plan import Plan
 from assay.bounds.crown import Backward, backsubstitute, concretize
 from assay.bounds.relaxation import relax_relu
 from assay.bounds.result import LinearBounds

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from assay.bounds._ops import unit_roundoff
+from assay.bounds.plan import unit_roundoff
 
 
 @dataclass(frozen=True, eq=False)

@@ -20,8 +20,14 @@ from dataclasses import dataclass
 
 import torch
 
-from assay.bounds import AlphaCrownOptions, BoundsResult, IntermediateBounds, LinearBounds, compute_bounds
-from assay.bounds._ops import ReluStage, plan_for
+from assay.bounds import (
+    AlphaCrownOptions,
+    BoundsResult,
+    IntermediateBounds,
+    LinearBounds,
+    compute_bounds,
+    gradient_bounds,
+)
 from assay.nn.network import Network
 from assay.verify.attack import confirm, pgd
 from assay.verify.deadline import Deadline
@@ -325,24 +331,8 @@ def _clip_boxes(linear, lower, upper, groups, group_upper):
 
 
 def _smear(network, intermediate, rows):
-    """ReluVal's smear: a bound on |∂row/∂x_j| over each box, from the ReLUs that may be active.
-
-    Backward through |W|, keeping neurons whose upper bound is positive (active or unstable):
-    the gradient of the row w.r.t. x_j lies within ± the result. rows: (B, n_out) → (B, n_in).
-    """
-    plan = plan_for(network, torch.float64)
-    g = rows.abs().unsqueeze(1).reshape(rows.shape[0], 1, *network.output_shape)
-    k = len(plan.relu_positions)
-    for position in range(len(plan.stages) - 1, -1, -1):
-        stage = plan.stages[position]
-        if isinstance(stage, ReluStage):
-            k -= 1
-            g = g * (intermediate.upper[k] > 0).unsqueeze(1)
-        elif stage.abs_weight is not None:
-            g = stage.backward_abs(g)
-        else:
-            g = stage.backward(g)
-    return g.reshape(rows.shape[0], -1)
+    """ReluVal's smear: a bound on |∂row/∂x_j| over each box (rows: (B, n_out) → (B, n_in))."""
+    return gradient_bounds(network, rows, intermediate).inputs
 
 
 def _row_to_refine(row_upper: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:

@@ -14,8 +14,8 @@ LP is only an oracle (HiGHS through :func:`scipy.optimize.linprog`), never trust
 
 - *refuted*: the LP's dual multipliers (λ on the rows, ν on the sign constraints) define the
   Lagrangian bound max_x Σ λ_i row_i(x) + Σ ν_j σ_j z_j(x), which is evaluated by the bound
-  engine's own backward substitution (:func:`assay.bounds.crown.backsubstitute` with ν as split
-  multipliers) with its outward rounding. A point of the leaf where every row is ≥ 0 makes that
+  engine's own bound of one activation pattern (:func:`assay.bounds.pattern_lower_bound`, ν as
+  split multipliers) with its outward rounding. A point of the leaf where every row is ≥ 0 makes that
   sum ≥ 0 for any λ, ν ≥ 0; so a negative value of the sound bound refutes the leaf, whatever the
   solver's accuracy.
 - *violated*: the LP's maximiser is re-checked by a plain float64 forward pass.
@@ -28,10 +28,7 @@ import numpy as np
 import torch
 from scipy.optimize import linprog
 
-from assay.bounds._ops import AffineStage, plan_for
-from assay.bounds.crown import backsubstitute, concretize
-from assay.bounds.ibp import center_radius
-from assay.bounds.relaxation import relax_relu
+from assay.bounds import affine_forms, pattern_lower_bound
 from assay.nn.network import Network
 from assay.verify.attack import confirm
 from assay.verify.problem import UnsafeQuery
@@ -66,11 +63,10 @@ def decide_leaf(
     Returns:
         (REFUTED, None), (VIOLATED, (x, y)) with x re-checked by a forward pass, or (UNKNOWN, None).
     """
-    plan = plan_for(network, torch.float64)
     signs = [torch.where(l >= 0, 1.0, -1.0).to(torch.float64) for l in lower]  # +1 active, −1 inactive
     if not is_leaf([l.unsqueeze(0) for l in lower], [u.unsqueeze(0) for u in upper]):
         return UNKNOWN, None
-    forms, (out_coef, out_offset) = _affine_forms(network, plan, signs)
+    forms, (out_coef, out_offset) = affine_forms(network, signs)
     row_coef = (C @ out_coef).numpy()  # (m, n): rows as functions of x
     row_offset = (C @ out_offset + d).numpy()
     n = query.lower.numel()
@@ -97,52 +93,18 @@ def decide_leaf(
         return UNKNOWN, None
     weights = torch.as_tensor(duals[: C.shape[0]])
     multipliers = duals[C.shape[0]:]
-    if _certified_negative(plan, query, C, d, weights, multipliers, signs, lower, upper):
+    if _certified_negative(network, query, C, d, weights, multipliers, signs, lower, upper):
         return REFUTED, None
     return UNKNOWN, None
 
 
-def _affine_forms(network: Network, plan, signs):
-    """Each ReLU input and the output as affine functions of the flat input under the pattern.
-
-    Returns ([(coef (N_k, n), offset (N_k,)) per ReLU layer], (coef (n_out, n), offset (n_out,))).
-    Computed in float64; these feed only the LP, never a verdict.
-    """
-    n = network.input_size
-    coef = torch.eye(n, dtype=torch.float64).reshape(n, *network.input_shape)  # one row per input
-    offset = torch.zeros(1, *network.input_shape, dtype=torch.float64)
-    forms, k = [], 0
-    for stage in plan.stages:
-        if isinstance(stage, AffineStage):
-            coef = stage.forward(coef)  # no bias: the linear part
-            offset = stage.forward_bias(offset) if stage.bias is not None else stage.forward(offset)
-        else:
-            forms.append((coef.reshape(n, -1).T.contiguous(), offset.reshape(-1)))
-            active = (signs[k] > 0).to(torch.float64)
-            coef, offset = coef * active, offset * active
-            k += 1
-    return forms, (coef.reshape(n, -1).T.contiguous(), offset.reshape(-1))
-
-
-def _certified_negative(plan, query, C, d, weights, multipliers, signs, lower, upper) -> bool:
-    """Sound check of the dual bound: max over the box of Σλ_i row_i + Σ ν_j σ_j z_j < 0 (λ, ν ≥ 0).
-
-    Evaluated as a lower bound of its negation by backward substitution with exact relaxations
-    (every neuron's sign is fixed) and ν as split multipliers, rounding included.
-    """
-    combined_C = -(weights @ C).reshape(1, 1, *plan.network.output_shape)
-    combined_d = -(weights @ d).reshape(1, 1)
-    betas, relaxations, start = {}, {}, 0
-    for position, sign, l, u in zip(plan.relu_positions, signs, lower, upper):
-        size = sign.numel()
-        nu = torch.as_tensor(multipliers[start:start + size], dtype=torch.float64).reshape(sign.shape)
-        start += size
-        # g ≥ g − ν σ z on the leaf (σ z ≥ 0 there): −ν on active neurons, +ν on inactive ones.
-        betas[position] = (-nu * sign).unsqueeze(0).unsqueeze(0)
-        relaxations[position] = relax_relu(l.unsqueeze(0), u.unsqueeze(0))
-    no_bounds = [None] * len(plan.stages)  # exact relaxations are given; no weight perturbation
-    back = backsubstitute(plan, len(plan.stages), combined_C, combined_d, no_bounds, None, None, betas, relaxations)
-    shape = plan.network.input_shape
-    center, radius = center_radius(query.lower.reshape(1, *shape), query.upper.reshape(1, *shape))
-    value, _ = concretize(plan, back, center, radius)
-    return bool(value.item() > 0)
+def _certified_negative(network, query, C, d, weights, multipliers, signs, lower, upper) -> bool:
+    """Sound check of the dual bound: max over the box of Σλ_i row_i + Σ ν_j σ_j z_j < 0 (λ, ν ≥ 0),
+    i.e. a positive lower bound of its negation on the leaf's pattern."""
+    nus, start = [], 0
+    for sign in signs:
+        nus.append(torch.as_tensor(multipliers[start:start + sign.numel()], dtype=torch.float64).reshape(sign.shape))
+        start += sign.numel()
+    value = pattern_lower_bound(network, query.lower, query.upper, -(weights @ C), -(weights @ d), signs, nus,
+                                lower, upper)
+    return value > 0

@@ -25,8 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from assay.bounds import AlphaCrownOptions, BetaCrownOptions, IntermediateBounds, compute_bounds
-from assay.bounds._ops import ReluStage, plan_for
+from assay.bounds import AlphaCrownOptions, BetaCrownOptions, IntermediateBounds, compute_bounds, gradient_bounds
 from assay.nn.network import Network
 from assay.verify.attack import confirm, pgd
 from assay.verify.deadline import Deadline
@@ -195,33 +194,21 @@ def _branch(network, C, splits, intermediate: IntermediateBounds, row_upper):
 def _babsr_scores(network, C, splits, intermediate, row_upper):
     """Per ReLU layer, (B, *shape) scores: > 0 only on unstable, unsplit neurons.
 
-    The row the domain is closest to refuting (least upper bound) is pushed backwards through
-    |W| and the ReLUs that may be active, giving a bound on its sensitivity to each neuron; the
-    score multiplies it by the relaxation's intercept u·(−l)/(u − l), the looseness a split removes.
+    The row the domain is closest to refuting (least upper bound) gives a bound on its
+    sensitivity to each neuron (:func:`assay.bounds.gradient_bounds`); the score multiplies it by
+    the relaxation's intercept u·(−l)/(u − l), the looseness a split removes.
     """
-    plan = plan_for(network, torch.float64)
-    count = splits[0].shape[0]
-    row = C[row_upper.argmin(1)].abs()  # (B, n_out)
-    g = row.reshape(count, 1, *network.output_shape).to(torch.float64)
-    k = len(plan.relu_positions)
-    scores: list[torch.Tensor] = [None] * k  # type: ignore[list-item]
-    for position in range(len(plan.stages) - 1, -1, -1):
-        stage = plan.stages[position]
-        if isinstance(stage, ReluStage):
-            k -= 1
-            lower, upper = intermediate.lower[k], intermediate.upper[k]
-            unstable = (lower < 0) & (upper > 0) & (splits[k] == 0)
-            area = torch.where(unstable, upper * (-lower) / (upper - lower).clamp(min=1e-30), torch.zeros_like(lower))
-            # Every unstable neuron scores above zero, so a domain that is not a leaf always
-            # has a neuron to split even where the sensitivity bound vanishes. (The floor is
-            # added in the scores' own dtype: float64's tiny is zero in float32.)
-            floor = unstable.to(area.dtype) * torch.finfo(area.dtype).tiny
-            scores[k] = g.squeeze(1) * area + floor
-            g = g * (upper > 0).unsqueeze(1)
-        elif stage.abs_weight is not None:
-            g = stage.backward_abs(g)
-        else:
-            g = stage.backward(g)
+    sensitivity = gradient_bounds(network, C[row_upper.argmin(1)], intermediate).relu_outputs
+    scores = []
+    for k, g in enumerate(sensitivity):
+        lower, upper = intermediate.lower[k], intermediate.upper[k]
+        unstable = (lower < 0) & (upper > 0) & (splits[k] == 0)
+        area = torch.where(unstable, upper * (-lower) / (upper - lower).clamp(min=1e-30), torch.zeros_like(lower))
+        # Every unstable neuron scores above zero, so a domain that is not a leaf always has a
+        # neuron to split even where the sensitivity bound vanishes. (The floor is added in the
+        # scores' own dtype: float64's tiny is zero in float32.)
+        floor = unstable.to(area.dtype) * torch.finfo(area.dtype).tiny
+        scores.append(g * area + floor)
     return scores
 
 

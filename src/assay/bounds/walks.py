@@ -1,0 +1,137 @@
+"""Walks over the engine's stages that analyses share: sensitivity bounds and linear regions.
+
+* :func:`gradient_bounds` — a bound on |∂ row / ∂ ·| for every ReLU layer's output and for the
+  input, over the domains given by pre-activation bounds (ReluVal's *smear* and the BaBSR split
+  score both use it).
+* :func:`affine_forms` — each ReLU input and the output as affine functions of the input under
+  one activation pattern (the network on one linear region).
+* :func:`pattern_lower_bound` — a sound lower bound of ``C · f(x) + d`` over the points of a box
+  that have one activation pattern, with given Lagrange multipliers on the sign constraints
+  (β-CROWN's bound with fixed β and exact relaxations); rounding is bounded as in every CROWN bound.
+
+They read the network through :func:`assay.bounds.plan.plan_for`, like every bound method, so an
+analysis never walks the stages itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from assay.bounds.crown import backsubstitute, concretize
+from assay.bounds.ibp import center_radius
+from assay.bounds.plan import AffineStage, ReluStage, plan_for
+from assay.bounds.relaxation import relax_relu
+from assay.bounds.result import IntermediateBounds
+from assay.nn.network import Network
+
+__all__ = ["GradientBounds", "gradient_bounds", "affine_forms", "pattern_lower_bound"]
+
+
+@dataclass(frozen=True, eq=False)
+class GradientBounds:
+    """Bounds on the magnitude of the gradient of one row per domain.
+
+    ``relu_outputs[k]``: (B, *shape of ReLU layer k): |∂ row / ∂ relu_k(z)| ≤ this value;
+    ``inputs``: (B, n_in) flat: |∂ row / ∂ x_j| ≤ this value, over the domain.
+    """
+
+    relu_outputs: tuple[torch.Tensor, ...]
+    inputs: torch.Tensor
+
+
+def gradient_bounds(network: Network, rows: torch.Tensor, intermediate: IntermediateBounds) -> GradientBounds:
+    """Bound the gradient of ``rows · f(x)`` over each domain, backward through |W|.
+
+    Args:
+        rows: (B, n_out): one output row per domain (only its magnitudes matter).
+        intermediate: the domains' pre-activation bounds; a neuron whose upper bound is ≤ 0 is
+            off on the whole domain and passes no gradient; the others pass at most all of it.
+    Returns:
+        :class:`GradientBounds` (float64).
+    """
+    plan = plan_for(network, torch.float64)
+    count = rows.shape[0]
+    g = rows.abs().to(torch.float64).reshape(count, 1, *network.output_shape)
+    k = len(plan.relu_positions)
+    per_layer: list[torch.Tensor] = [None] * k  # type: ignore[list-item]
+    for position in range(len(plan.stages) - 1, -1, -1):
+        stage = plan.stages[position]
+        if isinstance(stage, ReluStage):
+            k -= 1
+            per_layer[k] = g.squeeze(1)
+            g = g * (intermediate.upper[k] > 0).unsqueeze(1)
+        elif stage.abs_weight is not None:
+            g = stage.backward_abs(g)
+        else:
+            g = stage.backward(g)
+    return GradientBounds(tuple(per_layer), g.reshape(count, -1))
+
+
+def affine_forms(network: Network, signs: Sequence[torch.Tensor]):
+    """Each ReLU input and the output as affine functions of the flat input under one pattern.
+
+    Args:
+        signs: per ReLU layer, a tensor of the layer's shape: > 0 active, ≤ 0 inactive.
+    Returns:
+        ([(coef (N_k, n), offset (N_k,)) per ReLU layer], (coef (n_out, n), offset (n_out,))),
+        in float64 and without rounding bounds: for oracles (LPs), never for a verdict.
+    """
+    plan = plan_for(network, torch.float64)
+    n = network.input_size
+    coef = torch.eye(n, dtype=torch.float64).reshape(n, *network.input_shape)  # one row per input
+    offset = torch.zeros(1, *network.input_shape, dtype=torch.float64)
+    forms, k = [], 0
+    for stage in plan.stages:
+        if isinstance(stage, AffineStage):
+            coef = stage.forward(coef)  # no bias: the linear part
+            offset = stage.forward_bias(offset) if stage.bias is not None else stage.forward(offset)
+        else:
+            forms.append((coef.reshape(n, -1).T.contiguous(), offset.reshape(-1)))
+            active = (signs[k] > 0).to(torch.float64)
+            coef, offset = coef * active, offset * active
+            k += 1
+    return forms, (coef.reshape(n, -1).T.contiguous(), offset.reshape(-1))
+
+
+def pattern_lower_bound(
+    network: Network,
+    lower: torch.Tensor,
+    upper: torch.Tensor,
+    C: torch.Tensor,
+    d: torch.Tensor,
+    signs: Sequence[torch.Tensor],
+    multipliers: Sequence[torch.Tensor],
+    pre_lower: Sequence[torch.Tensor],
+    pre_upper: Sequence[torch.Tensor],
+) -> float:
+    """A sound lower bound of min over the box of ``C · f(x) + d − Σ_j ν_j σ_j z_j(x)``.
+
+    Args:
+        lower, upper: the input box (flat or input-shaped, one domain).
+        C, d: one row, shapes (n_out,) or (1, n_out), and () or (1,).
+        signs: per ReLU layer σ (+1 active, −1 inactive), every neuron's sign known.
+        multipliers: per ReLU layer ν ≥ 0, same shapes as ``signs``.
+        pre_lower, pre_upper: the pattern's pre-activation bounds per ReLU layer (each
+            consistent with ``signs``), giving exact relaxations.
+    Returns:
+        The bound as a float. On the points of the box whose pattern is σ, σ_j z_j ≥ 0, so the
+        bound is also a lower bound of ``C · f(x) + d`` there (a Lagrangian bound, valid for
+        any ν ≥ 0). Rounding is included (outward), as in :func:`compute_bounds`.
+    """
+    plan = plan_for(network, torch.float64)
+    rows = torch.as_tensor(C, dtype=torch.float64).reshape(1, 1, *network.output_shape)
+    offsets = torch.as_tensor(d, dtype=torch.float64).reshape(1, 1)
+    betas, relaxations = {}, {}
+    for position, sign, nu, l, u in zip(plan.relu_positions, signs, multipliers, pre_lower, pre_upper):
+        # g − ν σ z ≤ g on the pattern (σ z ≥ 0): in the engine's sign convention, −ν σ.
+        betas[position] = (-torch.as_tensor(nu, dtype=torch.float64) * sign).unsqueeze(0).unsqueeze(0)
+        relaxations[position] = relax_relu(l.unsqueeze(0), u.unsqueeze(0))
+    no_bounds = [None] * len(plan.stages)  # exact relaxations are given; no weight perturbation
+    back = backsubstitute(plan, len(plan.stages), rows, offsets, no_bounds, None, None, betas, relaxations)
+    shape = network.input_shape
+    center, radius = center_radius(lower.reshape(1, *shape).to(torch.float64), upper.reshape(1, *shape).to(torch.float64))
+    value, _ = concretize(plan, back, center, radius)
+    return float(value.item())
