@@ -41,3 +41,11 @@ def torch_threads(_):
     import torch
 
     return torch.get_num_threads(), os.getpid()
+
+
+def thread_counts(_item):
+    """The threads a job sees: torch's, and every OpenMP / BLAS pool's."""
+    import torch
+    from threadpoolctl import threadpool_info
+
+    return torch.get_num_threads(), sorted({pool["num_threads"] for pool in threadpool_info()})

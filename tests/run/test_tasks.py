@@ -123,3 +123,15 @@ def test_public_surface():
     import assay.run
 
     assert assay.run.__all__ == ["run_tasks", "TaskError", "TaskInputError", "TasksInterrupted"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_every_worker_runs_one_thread_for_torch_openmp_and_blas(workers):
+    """--workers N promises N cores: one thread per worker for torch, OpenMP and BLAS alike
+    (also in this process with workers=1), and this process's own setting comes back afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    seen = run_tasks(jobs.thread_counts, range(4), workers=workers, progress=False)
+    assert all(torch_threads == 1 and pools in ([1], []) for torch_threads, pools in seen), seen
+    assert torch.get_num_threads() == before
