@@ -14,6 +14,7 @@ import pytest
 from assay.fairness.knn import KnnFairnessCertifier, Status, down_sample, ground_truth, knn_decision
 from tests.fairness.paper_reference import paper_k_set
 from tests.fairness.problems import Problem, load_split, random_problem
+from tests.fairness.reference import Reference
 
 
 @pytest.fixture(scope="module")
@@ -180,24 +181,31 @@ def test_student_subset_against_enumeration(data_dir, tally):
 
 
 @pytest.mark.data
-def test_bounds_never_certify_what_enumeration_refutes(data_dir, tally):
-    """Medium data (German, 200 rows, 2 flips): the bounds method against the exact enumerating one."""
+def test_german_subset_against_enumeration(data_dir, tally):
+    """Medium data (German, first 100 rows, 2 flips, with and without protected column 6), both methods
+    against ``ground_truth`` (every flip set enumerated independently of the certifier), and each
+    certificate's ``min_flips_to_change`` against a brute force over the neighbours' label counts."""
     X, y, X_test, _ = load_split(data_dir, "german")
-    X, y = X[:200], y[:200]
-    exact = KnnFairnessCertifier(X, y, k_candidates=[20, 25, 30, 40], enumeration_limit=1e12)
-    bounds = KnnFairnessCertifier(X, y, k_candidates=[20, 25, 30, 40], enumeration_limit=0)
-    counts = tally.setdefault("bounds vs exact (german subset, 2 flips)",
-                              dict(inputs=0, fair=0, fair_unknown=0, certified=0, falsified=0, unsound=0))
+    ks = [10, 15, 20, 25]
+    reference = Reference(X[:100], y[:100], ks, 10, arithmetic="float")
+    fair = []
     for protected in ([], [6]):
-        for x in X_test[:15]:
-            truth = exact.certify(x, 2, protected=protected)
-            cert = bounds.certify(x, 2, protected=protected)
-            assert truth.method == "exact" and cert.method == "bounds"
-            counts["inputs"] += 1
-            counts["fair"] += truth.certified
-            counts["certified"] += cert.certified
-            counts["falsified"] += cert.status == Status.FALSIFIED
-            counts["fair_unknown"] += truth.certified and cert.status == Status.UNKNOWN
-            assert truth.status in (Status.CERTIFIED, Status.FALSIFIED)
-            assert not (cert.certified and not truth.certified)
-            assert not (cert.status == Status.FALSIFIED and truth.certified)
+        problem = Problem(X=X[:100], y=y[:100], tests=X_test[:20], ks=ks, folds=10, flips=2, protected=protected)
+        truths = truth_for(problem)
+        fair += [t.fair for t in truths]
+        fewest = []
+        for x, truth in zip(problem.tests, truths):
+            points = [reference.order(point) for point in reference.protected_points(x, protected)]
+            per_k = []
+            for k in ks:
+                options = [m for m in (reference.min_flips(order, k, truth.prediction) for order in points) if m is not None]
+                per_k.append(min(options) if options else None)
+            fewest.append(per_k)
+        for limit, method in [(1e12, "exact"), (0, "bounds")]:
+            certifier = KnnFairnessCertifier(problem.X, problem.y, k_candidates=ks, enumeration_limit=limit)
+            check(problem, certifier, truths, tally, f"{method} (german subset, 2 flips)")
+            for x, per_k in zip(problem.tests, fewest):
+                cert = certifier.certify(x, 2, protected=protected, falsify=False)
+                assert cert.method == method
+                assert list(cert.min_flips_to_change) == per_k
+    assert 0 < sum(fair) < len(fair)  # both verdicts occur
