@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from assay.errors import AssayError, OptionError, SpecError
+from assay.errors import AssayError, OptionError
 
 # Exit codes of the assay command (documented in `assay --help` and the README).
 EXIT_OK = 0
@@ -68,29 +68,14 @@ def parse_shape(text: str | None) -> tuple[int, ...] | None:
 
 
 def load_network(path, input_shape=None):
-    """Load a model file (``.onnx``, ``.nnet``, or either gzipped) into a Network."""
-    from assay.run.vnncomp import load_model_file
+    """Load a model file (``.onnx``, ``.nnet``, or either gzipped) into a Network (:func:`assay.nn.load`)."""
+    from assay.nn import load
 
-    return load_model_file(path, input_shape)
+    return load(path, input_shape=input_shape)
 
 
 def read_property(path, network):
     """Read a VNN-LIB file (or ``.vnnlib.gz``) sized for ``network``'s inputs and outputs."""
-    from assay.run.vnncomp import read_property_file
+    from assay.sets import read_vnnlib
 
-    return read_property_file(path, network)
-
-
-def unsafe_rows(unsafe_outputs):
-    """An OutputSpec's rows: ``(C (m, n_out), d (m,), group (m,))``, C and d in float64.
-
-    The unsafe region is the union over groups g of {y : C_i y + d_i ≥ 0 for every row i in g}.
-    """
-    import torch
-
-    C, d, groups = unsafe_outputs.rows()
-    C, d = torch.as_tensor(C, dtype=torch.float64), torch.as_tensor(d, dtype=torch.float64)
-    groups = torch.as_tensor(groups, dtype=torch.long)
-    if C.dim() != 2 or C.shape[0] == 0:
-        raise SpecError("the property's output region has no half-space rows")
-    return C, d, groups
+    return read_vnnlib(path, num_inputs=network.input_size, num_outputs=network.output_size)

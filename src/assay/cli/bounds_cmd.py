@@ -9,50 +9,15 @@ of every output over the box and says whether these bounds alone already exclude
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import typer
 
-from assay.cli._common import console, load_network, read_property, unsafe_rows
+from assay.cli._common import console, load_network, read_property
 
-__all__ = ["bounds", "bound_property"]
+__all__ = ["bounds"]
 
 _METHODS = ("ibp", "crown", "alpha", "beta")
-
-
-def bound_property(network, prop, method: str = "crown", dtype: str = "float64") -> dict:
-    """Output bounds and the unsafe-region check for every query of ``prop`` (the JSON of the command)."""
-    from assay.bounds import compute_bounds
-
-    queries = []
-    started = time.perf_counter()
-    for index, query in enumerate(prop.queries):
-        tic = time.perf_counter()
-        outputs = compute_bounds(network, query.input_set, None, method, dtype=dtype)
-        C, d, groups = unsafe_rows(query.unsafe_outputs)
-        rows = compute_bounds(network, query.input_set, (C, d), method, dtype=dtype, sides="upper")
-        row_upper = rows.upper[0]
-        # The unsafe region is a union of conjunctions C_g y + d_g ≥ 0: a conjunction is unreachable
-        # when one of its rows is provably negative; the region when every conjunction is.
-        unreachable = all(bool((row_upper[groups == g] < 0).any()) for g in range(int(groups.max()) + 1))
-        queries.append({
-            "query": index,
-            "lower": outputs.lower[0].tolist(),
-            "upper": outputs.upper[0].tolist(),
-            "unsafe_row_upper": row_upper.tolist(),
-            "unsafe_unreachable": unreachable,
-            "seconds": time.perf_counter() - tic,
-        })
-    return {
-        "network": str(network.source),
-        "property": str(getattr(prop, "path", "")),
-        "method": method,
-        "dtype": dtype,
-        "queries": queries,
-        "holds": all(q["unsafe_unreachable"] for q in queries),
-        "seconds": time.perf_counter() - started,
-    }
 
 
 def bounds(
@@ -70,6 +35,8 @@ def bounds(
     check_choice(dtype, "--dtype", "assay bounds", ("float64", "float32"))
     network = load_network(model)
     prop = read_property(property_file, network)
+    from assay.property_bounds import bound_property
+
     result = bound_property(network, prop, method, dtype)
     if json_output:
         typer.echo(json.dumps(result, indent=2))

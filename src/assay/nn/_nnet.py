@@ -29,6 +29,7 @@ import numpy as np
 
 from assay.errors import ModelLoadError
 from assay.nn._build import LayerBuilder
+from assay.nn._files import gunzipped, is_gzipped
 from assay.nn.network import Network
 
 __all__ = ["load_nnet", "read_nnet_input_bounds"]
@@ -40,7 +41,7 @@ class _Lines:
     def __init__(self, path: Path):
         self.path = path
         try:
-            text = path.read_text()
+            text = gunzipped(path).decode() if is_gzipped(path) else path.read_text()
         except FileNotFoundError:
             raise ModelLoadError(f"{path}: no such file; check the path") from None
         except (OSError, UnicodeDecodeError) as exc:

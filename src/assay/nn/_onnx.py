@@ -38,6 +38,7 @@ import numpy as np
 
 from assay.errors import AssayError, ModelLoadError, UnsupportedOperatorError
 from assay.nn._build import LayerBuilder
+from assay.nn._files import gunzipped, is_gzipped
 from assay.nn.network import Network
 
 __all__ = ["SUPPORTED_OPERATORS", "load_onnx"]
@@ -70,6 +71,13 @@ def _read(source):
     path = Path(source)
     if not path.is_file():
         raise ModelLoadError(f"{path}: no such file; check the path (the current directory is {Path.cwd()})")
+    if is_gzipped(path):
+        data = gunzipped(path)
+        try:
+            return onnx.load_model_from_string(data), str(path)
+        except Exception as exc:
+            raise ModelLoadError(f"{path} could not be parsed as a gzipped ONNX model ({type(exc).__name__}: {exc}); "
+                                 "is it really an .onnx.gz file, and complete?") from exc
     try:
         return onnx.load(str(path)), str(path)
     except Exception as exc:

@@ -7,6 +7,7 @@ source                                         reader
 =============================================  ===========================================
 path ending in ``.onnx``, or ``onnx.ModelProto``  :mod:`assay.nn._onnx`
 path ending in ``.nnet`` (Reluplex/NNet text)  :mod:`assay.nn._nnet`
+path ending in ``.onnx.gz`` or ``.nnet.gz``     the same readers, decompressed in memory
 ``torch.nn.Sequential`` (needs ``input_shape``)  :mod:`assay.nn._torch`
 fitted ``sklearn`` ``MLPClassifier``/``MLPRegressor``  :mod:`assay.nn._sklearn`
 a :class:`Network`                             returned unchanged (after the shape check)
@@ -32,6 +33,7 @@ __all__ = ["load", "nnet_input_bounds", "SUPPORTED_FORMATS"]
 SUPPORTED_FORMATS = (
     ".onnx files (or onnx.ModelProto)",
     ".nnet files",
+    "either gzipped (.onnx.gz, .nnet.gz)",
     "torch.nn.Sequential (with input_shape=...)",
     "fitted sklearn MLPClassifier / MLPRegressor",
 )
@@ -41,7 +43,8 @@ def load(source, *, input_shape=None) -> Network:
     """Load a ReLU network from a file or an in-memory model.
 
     Args:
-        source: a path (``str`` or ``os.PathLike``) to an ``.onnx`` or ``.nnet`` file, an
+        source: a path (``str`` or ``os.PathLike``) to an ``.onnx`` or ``.nnet`` file (or a
+            gzipped one: ``.onnx.gz``, ``.nnet.gz``, read without a temporary file), an
             ``onnx.ModelProto``, a ``torch.nn.Sequential``, a fitted scikit-learn
             ``MLPClassifier``/``MLPRegressor``, or a :class:`Network`.
         input_shape: the shape of one input without the batch dimension. Required for torch
@@ -57,7 +60,7 @@ def load(source, *, input_shape=None) -> Network:
         softmax/logistic).
 
     Raises:
-        ModelLoadError: missing or malformed file, unknown format, inconsistent shapes.
+        ModelLoadError: missing, malformed or damaged (gzip) file, unknown format, inconsistent shapes.
         UnsupportedOperatorError: an operator/module/activation the Network cannot represent.
         OptionError: ``input_shape`` is not a tuple of positive ints.
     """
@@ -69,7 +72,7 @@ def load(source, *, input_shape=None) -> Network:
         return source
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
-        suffix = path.suffix.lower()
+        suffix = _format_suffix(path)
         if suffix == ".onnx":
             from assay.nn._onnx import load_onnx
 
@@ -102,6 +105,14 @@ def load(source, *, input_shape=None) -> Network:
         f"cannot load a {type(source).__module__}.{type(source).__name__}; supported: {'; '.join(SUPPORTED_FORMATS)}, "
         "or a path to a model file"
     )
+
+
+def _format_suffix(path: Path) -> str:
+    """``.onnx`` or ``.nnet`` for those files gzipped or not (the readers decompress), else the last suffix."""
+    suffix = path.suffix.lower()
+    if suffix == ".gz" and path.with_suffix("").suffix.lower() in (".onnx", ".nnet"):
+        return path.with_suffix("").suffix.lower()
+    return suffix
 
 
 def _checked_shape(input_shape) -> tuple[int, ...] | None:

@@ -2,7 +2,8 @@
 
 An instances file has one row per instance, ``network,property,timeout`` (no header; VNN-COMP's
 ``instances.csv``), with paths relative to the CSV's folder (absolute paths are kept). Model and
-property files may be gzipped (``.onnx.gz``, ``.vnnlib.gz``), as some VNN-COMP benchmarks ship them.
+property files may be gzipped (``.onnx.gz``, ``.vnnlib.gz``), as some VNN-COMP benchmarks ship them:
+:func:`assay.nn.load` and :func:`assay.sets.read_vnnlib` read them as they are.
 
 :func:`verify_instance` is the module-level worker that :func:`assay.run.run_tasks` sends to a
 process pool or a Dask cluster: it loads, verifies and returns a plain dict, and records a bad
@@ -12,16 +13,13 @@ file as status ``"error"`` (the other instances still run).
 from __future__ import annotations
 
 import csv
-import gzip
 import json
-import shutil
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from assay.errors import AssayError, DataError, ModelLoadError, SpecError
+from assay.errors import AssayError, DataError
 
 __all__ = [
     "Instance",
@@ -29,8 +27,6 @@ __all__ = [
     "verify_instance",
     "write_results",
     "summarize",
-    "load_model_file",
-    "read_property_file",
     "STATUSES",
     "RESULT_COLUMNS",
 ]
@@ -96,47 +92,6 @@ def _resolve(folder: Path, name: str) -> Path:
     return candidate if candidate.is_absolute() else folder / candidate
 
 
-def _gunzipped(path: Path, directory: str) -> Path:
-    target = Path(directory) / path.name[: -len(".gz")]
-    try:
-        with gzip.open(path, "rb") as source, open(target, "wb") as sink:
-            shutil.copyfileobj(source, sink)
-    except (OSError, EOFError) as exc:
-        raise DataError(f"{path}: cannot decompress ({exc})") from exc
-    return target
-
-
-def _existing(path: Path, what: str, error) -> Path:
-    if not path.exists():
-        raise error(f"{path}: no such {what} file")
-    if path.is_dir():
-        raise error(f"{path}: is a folder, expected a {what} file")
-    return path
-
-
-def load_model_file(path, input_shape=None):
-    """Load a ``.onnx``/``.nnet`` file, or a gzipped one, into a :class:`~assay.nn.Network`."""
-    from assay.nn import load
-
-    path = _existing(Path(path), "model", ModelLoadError)
-    if path.suffix.lower() == ".gz":
-        with tempfile.TemporaryDirectory(prefix="assay-") as directory:
-            return load(_gunzipped(path, directory), input_shape=input_shape)
-    return load(path, input_shape=input_shape)
-
-
-def read_property_file(path, network):
-    """Read a VNN-LIB file (or ``.vnnlib.gz``) with the network's input and output counts."""
-    from assay.sets import read_vnnlib
-
-    path = _existing(Path(path), "property", SpecError)
-    sizes = dict(num_inputs=network.input_size, num_outputs=network.output_size)
-    if path.suffix.lower() == ".gz":
-        with tempfile.TemporaryDirectory(prefix="assay-") as directory:
-            return read_vnnlib(_gunzipped(path, directory), **sizes)
-    return read_vnnlib(path, **sizes)
-
-
 def verify_instance(instance: Instance, method: str = "alpha") -> dict:
     """Load, verify with the instance's timeout, and return a row of the results CSV (as a dict).
 
@@ -147,10 +102,12 @@ def verify_instance(instance: Instance, method: str = "alpha") -> dict:
     row = {"network": instance.network, "property": instance.property, "timeout": instance.timeout,
            "status": "error", "seconds": 0.0, "verify_seconds": 0.0, "counterexample": None, "error": None}
     try:
+        from assay.nn import load
+        from assay.sets import read_vnnlib
         from assay.verify import verify_vnnlib
 
-        network = load_model_file(instance.network_path)
-        prop = read_property_file(instance.property_path, network)
+        network = load(instance.network_path)
+        prop = read_vnnlib(instance.property_path, num_inputs=network.input_size, num_outputs=network.output_size)
         result = verify_vnnlib(network, prop, timeout=instance.timeout, method=method)
     except AssayError as exc:
         row["error"] = str(exc)

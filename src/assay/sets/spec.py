@@ -105,7 +105,12 @@ class OutputSpec:
         return self.conjunctions[0].num_outputs
 
     def rows(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """All rows stacked: C (m, n_out), d (m,), and each row's conjunction number (m,)."""
+        """All rows stacked: ``C`` float64 (m, n_out), ``d`` float64 (m,), ``groups`` int64 (m,).
+
+        ``groups[i]`` is the number of the conjunction row ``i`` belongs to (0, 1, …, ascending), so
+        the region is the union over g of {y : C_i y + d_i ≥ 0 for every i with groups[i] = g}.
+        There is at least one row (a conjunction has m ≥ 1 rows).
+        """
         C = torch.cat([c.C for c in self.conjunctions])
         d = torch.cat([c.d for c in self.conjunctions])
         index = torch.cat([torch.full((c.C.shape[0],), k, dtype=torch.long) for k, c in enumerate(self.conjunctions)])
