@@ -1,7 +1,7 @@
 """``assay knn-fairness``: certify KNN decisions against biased training labels (CAV 2023, Li, Wang & Wang).
 
 Reads a training table (CSV with a header, or one of the authors' ``.npy`` splits holding
-``X_train, y_train, X_test, y_test``), chooses K by cross-validation exactly as the paper's
+``X_train, y_train, X_test, y_test``; see :mod:`assay.datasets.tabular`), chooses K by cross-validation exactly as the paper's
 learner, and certifies each test input: the decision must survive any ``--flips`` label flips,
 every value of the ``--protected`` columns and every point of the ``--epsilon`` box. Prints a
 summary table (certified / unknown / falsified, time per input) or, with ``--json``, every
@@ -12,7 +12,6 @@ Ctrl-C stops early and still prints the summary of the inputs certified so far.
 
 from __future__ import annotations
 
-import csv
 import json
 import statistics
 import sys
@@ -25,85 +24,6 @@ import typer
 from assay.errors import DataError, OptionError
 
 __all__ = ["knn_fairness"]
-
-
-def _read_csv(path: Path) -> tuple[list[str], list[list[str]]]:
-    if not path.is_file():
-        raise DataError(f"{path}: no such file; pass the path of a CSV file with a header row")
-    with path.open(newline="", encoding="utf-8") as handle:
-        rows = list(csv.reader(handle))
-    if not rows:
-        raise DataError(f"{path}: the file is empty; it needs a header row and at least one data row")
-    header = [name.strip() for name in rows[0]]
-    body = [row for row in rows[1:] if any(cell.strip() for cell in row)]
-    for number, row in enumerate(body, start=2):
-        if len(row) != len(header):
-            raise DataError(f"{path}: line {number} has {len(row)} fields, but the header has {len(header)}; "
-                            f"fix the row or quote fields that contain commas")
-    return header, body
-
-
-def _numeric(path: Path, header: list[str], body: list[list[str]], columns: list[str]) -> np.ndarray:
-    index = {name: i for i, name in enumerate(header)}
-    out = np.empty((len(body), len(columns)))
-    for c, name in enumerate(columns):
-        i = index[name]
-        for r, row in enumerate(body):
-            try:
-                out[r, c] = float(row[i])
-            except ValueError:
-                raise DataError(f"{path}: column {name!r} has the non-numeric value {row[i]!r} on line {r + 2}; "
-                                f"encode categorical columns as numbers (the paper's splits are ordinal-encoded)") from None
-            if not np.isfinite(out[r, c]):
-                raise DataError(f"{path}: column {name!r} has {row[i]!r} on line {r + 2}; impute or drop that row")
-    return out
-
-
-def _load(train: Path, label: str | None, test: Path | None):
-    """Features, labels (mapped to 0..C-1), test inputs, column names and the label names."""
-    if train.suffix == ".npy":
-        if not train.is_file():
-            raise DataError(f"{train}: no such file")
-        try:
-            with train.open("rb") as handle:
-                X_train, y_train, X_test, _ = (np.load(handle) for _ in range(4))
-        except (ValueError, OSError, EOFError) as exc:
-            raise DataError(f"{train}: not an authors' split (four arrays X_train, y_train, X_test, y_test "
-                            f"stored one after another with numpy.save)") from exc
-        names = [str(i) for i in range(X_train.shape[1])]
-        if test is not None:
-            header, body = _read_csv(test)
-            missing = [n for n in names if n not in header]
-            if missing:
-                raise DataError(f"{test}: missing feature column {missing[0]!r}; with a .npy training split, name the "
-                                f"test columns 0..{len(names) - 1}")
-            X_test = _numeric(test, header, body, names)
-        classes = np.unique(y_train)
-        return X_train.astype(np.float64), np.searchsorted(classes, y_train), X_test, names, [str(c) for c in classes]
-    header, body = _read_csv(train)
-    if label is None:
-        raise OptionError(f"--label is required for a CSV training file; {train} has the columns {', '.join(header)}")
-    if label not in header:
-        raise DataError(f"{train}: no column {label!r} (the label); the columns are {', '.join(header)}; "
-                        f"pass the label column with --label")
-    names = [n for n in header if n != label]
-    X_train = _numeric(train, header, body, names)
-    raw = [row[header.index(label)].strip() for row in body]
-    try:
-        keys = sorted(set(raw), key=float)
-    except ValueError:
-        keys = sorted(set(raw))
-    y_train = np.array([keys.index(v) for v in raw], dtype=np.int64)
-    if test is None:
-        X_test = X_train
-    else:
-        theader, tbody = _read_csv(test)
-        missing = [n for n in names if n not in theader]
-        if missing:
-            raise DataError(f"{test}: missing feature column {missing[0]!r} (present in {train}); "
-                            f"the test file needs every feature column of the training file (the label is optional)")
-        X_test = _numeric(test, theader, tbody, names)
-    return X_train, y_train, X_test, names, keys
 
 
 def _column(name: str, names: list[str], option: str, source: Path) -> int:
@@ -153,6 +73,7 @@ def knn_fairness(
     json_output: bool = typer.Option(False, "--json", help="Print every certificate and the summary as JSON."),
 ) -> None:
     """Certify that KNN decisions survive biased training labels (label-flipping, individual and ε-fairness)."""
+    from assay.datasets import load_tabular, read_csv
     from assay.fairness.knn import KnnFairnessCertifier
 
     if flips < 0:
@@ -161,7 +82,16 @@ def knn_fairness(
         raise OptionError(f"--first must be ≥ 1; got {first}")
     if workers < 1:
         raise OptionError(f"--workers must be ≥ 1; got {workers}")
-    X_train, y_train, X_test, names, classes = _load(train, label, test)
+    if train.suffix != ".npy":
+        header, _ = read_csv(train, header_only=True)
+        if label is None:
+            raise OptionError(f"--label is required for a CSV training file; {train} has the columns {', '.join(header)}")
+        if label not in header:
+            raise DataError(f"{train}: no column {label!r} (the label); the columns are {', '.join(header)}; "
+                            f"pass the label column with --label")
+    data = load_tabular(train, label, test)
+    X_train, y_train, X_test = data.train_X, data.train_y, data.test_X
+    names, classes = list(data.feature_names), list(data.label_names)
     label_index = {name: i for i, name in enumerate(classes)}
 
     def label_of(text: str, option: str) -> int:
