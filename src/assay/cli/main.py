@@ -8,12 +8,10 @@ traceback); Ctrl-C exits 130. Subcommand modules import their heavy dependencies
 
 from __future__ import annotations
 
-import importlib
-
 import typer
 
 import assay
-from assay.cli import bounds_cmd, demo_cmd, info_cmd, monitor_cmd, verify_cmd
+from assay.cli import bounds_cmd, demo_cmd, info_cmd, knn_cmd, monitor_cmd, verify_cmd
 from assay.cli._common import handle_errors
 
 __all__ = ["app"]
@@ -54,14 +52,7 @@ _register(bounds_cmd.bounds, "bounds")
 _register(verify_cmd.verify, "verify")
 _register(monitor_cmd.monitor, "monitor")
 _register(demo_cmd.demo, "demo")
-
-try:
-    knn_cmd = importlib.import_module("assay.cli.knn_cmd")
-except ModuleNotFoundError as exc:  # only a knn_cmd that is not there (yet) is skipped
-    if exc.name != "assay.cli.knn_cmd":
-        raise
-else:
-    _register(knn_cmd.knn_fairness, "knn-fairness")
+_register(knn_cmd.knn_fairness, "knn-fairness")
 
 
 if __name__ == "__main__":

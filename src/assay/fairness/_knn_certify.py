@@ -357,10 +357,6 @@ def _certify_chunk(item) -> list[Certificate]:
     return [certifier.certify(row, flips, **options) for row in rows]
 
 
-def _radius_dict(radius: np.ndarray) -> dict[int, float]:
-    return {int(c): float(radius[c]) for c in np.flatnonzero(radius > 0)}
-
-
 def _check_column(column, n_features: int, option: str) -> int:
     if isinstance(column, bool) or not isinstance(column, (int, np.integer)) or not 0 <= int(column) < n_features:
         raise OptionError(f"the `{option}` option names column {column!r}, but the features are columns 0..{n_features - 1}")
