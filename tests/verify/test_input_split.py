@@ -53,7 +53,8 @@ def test_alpha_pass_bounds_hold_at_sampled_points_and_are_never_looser_than_crow
     bounds hold at sampled points of every box, and never exceed CROWN's."""
     from tests.verify.test_verify import random_network
 
-    from assay.verify.input_split import SearchStats, _bound_boxes
+    from assay.verify.input_split import _bound_boxes
+    from assay.verify.search import SearchStats
     from assay.verify.problem import from_unsafe
 
     network = random_network(3, widths=(3, 16, 16, 16, 3))
@@ -93,7 +94,8 @@ def test_root_refutation_is_never_contradicted_by_sampling_and_skips_the_search(
     from assay.sets import Box
     from assay.verify import verify
     from assay.verify.deadline import Deadline
-    from assay.verify.input_split import SearchStats, bound_root, input_split
+    from assay.verify.input_split import InputSplitting, bound_root, root_branch
+    from assay.verify.search import SearchStats, branch_and_bound
     from assay.verify.problem import from_unsafe
 
     network = random_network(4, widths=(3, 12, 12, 2))
@@ -116,9 +118,11 @@ def test_root_refutation_is_never_contradicted_by_sampling_and_skips_the_search(
         assert not (refuted and sampled_violation)
         # Branching from the reused root bounds is the same search as branching from scratch.
         fresh_stats = SearchStats()
-        fresh = input_split(network, query, Deadline.after(30), method="alpha", stats=fresh_stats)
-        reused = input_split(network, query, Deadline.after(30), method="alpha", stats=root_stats, root=root_bounds)
-        assert reused[0] == fresh[0] and root_stats.domains == fresh_stats.domains
+        fresh = branch_and_bound(InputSplitting(network, query, method="alpha"), root_branch(query),
+                                 Deadline.after(30), batch_size=1024, stats=fresh_stats)
+        reused = branch_and_bound(InputSplitting(network, query, method="alpha", root=root_bounds), root_branch(query),
+                                  Deadline.after(30), batch_size=1024, stats=root_stats)
+        assert reused.status == fresh.status and root_stats.domains == fresh_stats.domains
         result = verify(network, box, unsafe=unsafe, timeout=30)
         assert result.stats["attacks"] == (0 if refuted else 1)
         if refuted:

@@ -11,10 +11,12 @@ from assay.errors import OptionError
 from assay.nn.network import Network
 from assay.verify.attack import search
 from assay.verify.deadline import Deadline
-from assay.verify.input_split import SearchStats, bound_root, input_split
+from assay.verify.input_split import InputSplitting, bound_root
+from assay.verify.input_split import root_branch as input_root
 from assay.verify.problem import UnsafeQuery, from_required, from_unsafe
-from assay.verify.relu_split import relu_split
+from assay.verify.relu_split import conjunction_searches
 from assay.verify.result import Counterexample, VerificationResult, VerificationStatus
+from assay.verify.search import SearchState, SearchStats, branch_and_bound
 
 __all__ = ["verify", "verify_vnnlib", "INPUT_SPLIT_MAX_INPUTS"]
 
@@ -102,16 +104,15 @@ def _run(network, queries, timeout, method, dtype, batch_size, attack_restarts, 
     started = time.monotonic()
     deadline = Deadline(started + timeout)
     stats = SearchStats()
+    searches: list[SearchState] = []
 
     def finish(status, found=None, query_index=0):
         counterexample = None
         if found is not None:
             counterexample = Counterexample(found[0].reshape(network.input_shape), found[1], query_index)
         return VerificationResult(status, counterexample, {
-            "domains": stats.domains, "bound_calls": stats.bound_calls, "max_pending": stats.max_pending,
-            "attacks": stats.attacks, "leaf_lps": stats.leaf_lps, "queries": len(queries), "strategy": strategy,
-            "seconds": time.monotonic() - started,
-        })
+            **stats.to_json(), "queries": len(queries), "strategy": strategy, "seconds": time.monotonic() - started,
+        }, tuple(searches))
 
     if strategy == "input":
         # Sound bounds on the whole box settle easy queries at a fraction of the attack's cost;
@@ -136,15 +137,21 @@ def _run(network, queries, timeout, method, dtype, batch_size, attack_restarts, 
         if deadline.passed():
             return finish(VerificationStatus.TIMEOUT)
         if strategy == "input":
-            status, found = input_split(network, query, deadline, method=method, dtype=dtype,
-                                        batch_size=batch_size, stats=stats, progress=progress, root=root)
-        else:
-            status, found = relu_split(network, query, deadline, dtype=dtype, batch_size=min(batch_size, 256),
-                                       stats=stats, progress=progress)
-        if status is VerificationStatus.VIOLATED:
-            return finish(status, found, query.index)
-        if status is VerificationStatus.TIMEOUT:
-            return finish(status)
-        if status is VerificationStatus.UNKNOWN:
-            worst = VerificationStatus.UNKNOWN
+            plans = [(InputSplitting(network, query, method=method, dtype=dtype, root=root), input_root(query))]
+            size = batch_size
+        else:  # one search per conjunction: the query holds when every one is refuted
+            plans = conjunction_searches(network, query)
+            size = min(batch_size, 256)
+        for number, (plan, state) in enumerate(plans):
+            report = None
+            if progress is not None:
+                report = (lambda done, pending, g=number, n=len(plans): progress((g + done) / n, pending))
+            outcome = branch_and_bound(plan, state, deadline, batch_size=size, stats=stats, progress=report)
+            searches.append(outcome.state)
+            if outcome.status is VerificationStatus.VIOLATED:
+                return finish(outcome.status, outcome.found, query.index)
+            if outcome.status is VerificationStatus.TIMEOUT:
+                return finish(outcome.status)
+            if outcome.status is VerificationStatus.UNKNOWN:
+                worst = VerificationStatus.UNKNOWN
     return finish(worst)

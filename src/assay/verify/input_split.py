@@ -1,21 +1,21 @@
-"""Branch and bound over the input box (for networks with few inputs, e.g. ACAS Xu).
+"""Input splitting: the search strategy for networks with few inputs (e.g. ACAS Xu).
 
-Each round bounds a batch of pending boxes with :func:`assay.bounds.compute_bounds` (CROWN,
-then α-CROWN on the output rows of the boxes CROWN leaves open); a box is done when some unsafe
-row has a negative upper bound on it (no point of the box can satisfy the whole conjunction).
-Otherwise the box is probed for a counterexample (its center, the corner that maximises the
-linear upper bound of its most promising row) and split in two along the dimension with the
-largest smear (ReluVal: the gradient bound of that row times the box's width).
+Plugged into :func:`assay.verify.search.branch_and_bound`. Each round bounds a batch of boxes
+with :func:`assay.bounds.compute_bounds` (CROWN, then α-CROWN on the output rows of the boxes
+CROWN leaves open); a box is closed when every conjunction of the unsafe query has a negative
+upper bound on it (no point of the box can satisfy any). Open boxes shrink to the part their
+linear bounds leave possible, are probed for a counterexample (their center, the corner that
+maximises the linear upper bound of the most promising row, and PGD every eighth bound call)
+and are split in two along the dimension with the largest smear (ReluVal: the gradient bound
+of that row times the box's width). A box too thin to split leaves the query UNKNOWN.
 
-Soundness: HOLDS is returned only when every box of a partition of the input box was shown
-infeasible by sound bounds; VIOLATED only with a point confirmed by a float64 forward pass.
+Soundness: boxes are closed only by sound bounds (or clipped to nothing by them); VIOLATED comes
+only with a point confirmed by a float64 forward pass.
 """
 
 from __future__ import annotations
 
 import itertools
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -23,7 +23,6 @@ import torch
 from assay.bounds import (
     AlphaCrownOptions,
     BoundsResult,
-    IntermediateBounds,
     LinearBounds,
     compute_bounds,
     gradient_bounds,
@@ -32,7 +31,7 @@ from assay.nn.network import Network
 from assay.verify.attack import confirm, pgd
 from assay.verify.deadline import Deadline
 from assay.verify.problem import UnsafeQuery
-from assay.verify.result import VerificationStatus
+from assay.verify.search import BoundedBranches, Branches, LeafDecision, SearchState, SearchStats
 
 # α-CROWN on the boxes CROWN leaves open: few iterations, since most boxes it can refute it
 # refutes early, and the best bound over all iterations is kept.
@@ -42,104 +41,104 @@ _ALPHA_OPTIONS = AlphaCrownOptions(iterations=5, lr=0.3)
 _MIN_RELATIVE_WIDTH = 1e-10
 
 
-@dataclass
-class SearchStats:
-    domains: int = 0
-    bound_calls: int = 0
-    max_pending: int = 0
-    attacks: int = 0
-    leaf_lps: int = 0  # ReLU splitting: leaves decided by an LP
+def root_branch(query: UnsafeQuery) -> SearchState:
+    """The start of an input-splitting search: the query's whole box, weight 1."""
+    root = Branches(query.lower.unsqueeze(0), query.upper.unsqueeze(0), None, None,
+                    torch.ones(1, dtype=torch.float64))
+    return SearchState.start(root)
 
 
-def input_split(
-    network: Network,
-    query: UnsafeQuery,
-    deadline: Deadline,
-    *,
-    method: str = "crown",
-    dtype: str = "float64",
-    batch_size: int = 1024,
-    stats: SearchStats,
-    progress: Callable[[float, int], None] | None = None,
-    root: RootBounds | None = None,
-) -> tuple[VerificationStatus, tuple[torch.Tensor, torch.Tensor] | None]:
-    """Decide one unsafe query by input splitting. Returns (status, (x, y) for VIOLATED).
+@dataclass(frozen=True, eq=False)
+class _BoxBounds:
+    """What probing and splitting need from a round's bounds (rows of the open boxes only)."""
 
-    ``root``: :func:`bound_root` of this query with the same method and dtype, used as the
-    bounds of the first round instead of bounding the whole box again. Rounds are sized by
-    ``deadline`` so that the search returns TIMEOUT soon after it passes.
+    rows: torch.Tensor  # (B_open,): the row to refine per open box
+    row_A: torch.Tensor  # (B_open, n): its linear upper bound's coefficients
+    group_upper: torch.Tensor  # (B_open, G)
+
+
+class InputSplitting:
+    """The input-splitting :class:`~assay.verify.search.SearchStrategy` for one unsafe query.
+
+    ``root``: :func:`bound_root` of this query with the same method and dtype, used as the bounds
+    of the first round instead of bounding the whole box again.
     """
-    shape = network.input_shape
-    full_width = (query.upper - query.lower).clamp(min=1e-30)
-    # Pending boxes, in chunks: (lower (N, n), upper (N, n), the parents' intermediate bounds or None).
-    chunks: list[tuple[torch.Tensor, torch.Tensor, IntermediateBounds | None]] = [
-        (query.lower.unsqueeze(0), query.upper.unsqueeze(0), None)
-    ]
-    pending = 1
-    done_volume = 0.0
-    grids = {}
-    while pending:
-        if deadline.passed():
-            return VerificationStatus.TIMEOUT, None
-        lower, upper, parents = _take(chunks, deadline.batch(batch_size))
-        pending -= lower.shape[0]
-        if root is not None:  # the first round: the whole box, already bounded
-            result, group_upper, root = root.result, root.group_upper, None
+
+    def __init__(self, network: Network, query: UnsafeQuery, *, method: str = "crown", dtype: str = "float64",
+                 root: RootBounds | None = None):
+        self.network, self.query, self.method, self.dtype = network, query, method, dtype
+        self._root = root
+        self._grids: dict = {}
+        self._full_width = (query.upper - query.lower).clamp(min=1e-30)
+
+    def _volume(self, lower, upper):
+        return ((upper - lower) / self._full_width).prod(1)
+
+    def bound(self, branches: Branches, deadline: Deadline, stats: SearchStats) -> BoundedBranches:
+        query = self.query
+        lower, upper = branches.lower, branches.upper
+        if self._root is not None and branches.parents is None and len(branches) == 1:
+            result, group_upper, self._root = self._root.result, self._root.group_upper, None
         else:
-            started = time.monotonic()
-            result, group_upper = _bound_boxes(network, query, lower, upper, parents, method, dtype, stats, grids,
-                                               deadline)
-            deadline.record(lower.shape[0], time.monotonic() - started)
-        row_upper = result.upper  # (B, m): upper bounds of each unsafe row
-        best_row = _row_to_refine(row_upper, query.groups)
+            result, group_upper = _bound_boxes(self.network, query, lower, upper, branches.parents, self.method,
+                                               self.dtype, stats, self._grids, deadline)
+        best_row = _row_to_refine(result.upper, query.groups)
         safe = (group_upper < 0).all(1)
         # Inside a box, only points where every row of some conjunction can be ≥ 0 matter:
         # shrink each box to the hull of those regions (and drop it if they are empty).
         clipped_lower, clipped_upper, empty = _clip_boxes(result.linear, lower, upper, query.groups, group_upper)
-        safe = safe | empty
-        volume = lambda lo, hi: ((hi - lo) / full_width).prod(1)  # noqa: E731
-        done_volume += float(volume(lower[safe], upper[safe]).sum())
-        open_ = ~safe
-        if open_.any():
-            done_volume += float((volume(lower[open_], upper[open_]) - volume(clipped_lower[open_], clipped_upper[open_])).sum())
-            lower, upper = clipped_lower[open_], clipped_upper[open_]
-            inherited = result.intermediate.select(open_) if result.intermediate is not None else None
-            rows = best_row[open_]
-            # Linear upper bound of each open box's most promising row: y_r ≤ A·x + b.
-            A = result.linear.upper_A[open_].reshape(lower.shape[0], -1, lower.shape[1])
-            A = A[torch.arange(lower.shape[0]), rows]
-            corner = torch.where(A > 0, upper, lower)
-            center = (lower + upper) / 2
-            found = confirm(network, query, torch.cat([corner, center]))
-            if found is None and stats.bound_calls % 8 == 1:
-                found = _attack_worst(network, query, lower, upper, group_upper[open_], stats, deadline)
-            if found is not None:
-                return VerificationStatus.VIOLATED, found
-            width = upper - lower
-            if (width <= _MIN_RELATIVE_WIDTH * full_width).all(1).any():
-                return VerificationStatus.UNKNOWN, None
-            # ReluVal's smear (gradient bound × width) beats the output's linear sensitivity
-            # |A|·width by far on ACAS Xu: the looseness lives in the unstable ReLUs, which
-            # |A| does not see (1_3 prop 1: 133 boxes against > 160,000 undecided).
-            score = _smear(network, inherited, query.C[rows]) * width
-            dim = score.argmax(1)
-            arange = torch.arange(lower.shape[0])
-            middle = (lower[arange, dim] + upper[arange, dim]) / 2
-            left_upper = upper.clone()
-            left_upper[arange, dim] = middle
-            right_lower = lower.clone()
-            right_lower[arange, dim] = middle
-            chunks += [(lower, left_upper, inherited), (right_lower, upper, inherited)]
-            pending += 2 * lower.shape[0]
-        stats.max_pending = max(stats.max_pending, pending)
-        if progress is not None:
-            progress(done_volume, pending)
-    return VerificationStatus.HOLDS, None
+        closed = safe | empty
+        open_ = ~closed
+        volume = self._volume(lower, upper)
+        kept = self._volume(clipped_lower, clipped_upper)
+        settled = torch.where(closed, volume, volume - kept)
+        keep = open_.unsqueeze(1)
+        shrunk = Branches(torch.where(keep, clipped_lower, lower), torch.where(keep, clipped_upper, upper), None,
+                          result.intermediate, torch.where(open_, kept, volume))
+        rows = best_row[open_]
+        # Linear upper bound of each open box's most promising row: y_r ≤ A·x + b.
+        A = result.linear.upper_A[open_].reshape(int(open_.sum()), query.C.shape[0], lower.shape[1])
+        A = A[torch.arange(A.shape[0]), rows]
+        return BoundedBranches(shrunk, closed, settled, _BoxBounds(rows, A, group_upper[open_]))
+
+    def probe(self, bounded: BoundedBranches, open_, deadline: Deadline, stats: SearchStats):
+        boxes = bounded.branches.select(open_)
+        lower, upper = boxes.lower, boxes.upper
+        corner = torch.where(bounded.payload.row_A > 0, upper, lower)
+        center = (lower + upper) / 2
+        found = confirm(self.network, self.query, torch.cat([corner, center]))
+        if found is None and stats.bound_calls % 8 == 1:
+            found = _attack_worst(self.network, self.query, lower, upper, bounded.payload.group_upper, stats, deadline)
+        return found
+
+    def decide(self, bounded: BoundedBranches, open_, deadline: Deadline, stats: SearchStats) -> LeafDecision:
+        boxes = bounded.branches.select(open_)
+        too_thin = ((boxes.upper - boxes.lower) <= _MIN_RELATIVE_WIDTH * self._full_width).all(1).any()
+        return LeafDecision(torch.zeros_like(open_), undecidable=bool(too_thin))
+
+    def split(self, bounded: BoundedBranches, open_) -> Branches:
+        boxes = bounded.branches.select(open_)
+        lower, upper = boxes.lower, boxes.upper
+        # ReluVal's smear (gradient bound × width) beats the output's linear sensitivity
+        # |A|·width by far on ACAS Xu: the looseness lives in the unstable ReLUs, which
+        # |A| does not see (1_3 prop 1: 133 boxes against > 160,000 undecided).
+        width = upper - lower
+        score = gradient_bounds(self.network, self.query.C[bounded.payload.rows], boxes.parents).inputs * width
+        dim = score.argmax(1)
+        arange = torch.arange(lower.shape[0])
+        middle = (lower[arange, dim] + upper[arange, dim]) / 2
+        left_upper = upper.clone()
+        left_upper[arange, dim] = middle
+        right_lower = lower.clone()
+        right_lower[arange, dim] = middle
+        half = boxes.weight / 2
+        return Branches(torch.cat([lower, right_lower]), torch.cat([left_upper, upper]), None,
+                        boxes.parents.select(torch.cat([arange, arange])), torch.cat([half, half]))
 
 
 @dataclass(frozen=True)
 class RootBounds:
-    """Sound bounds over a query's whole box: the first round of :func:`input_split`, computed once."""
+    """Sound bounds over a query's whole box: the first round of :class:`InputSplitting`, computed once."""
 
     result: BoundsResult
     group_upper: torch.Tensor  # (1, G): upper bounds of max_x min_i row_i(x) per conjunction
@@ -156,7 +155,7 @@ def bound_root(network: Network, query: UnsafeQuery, *, method: str, dtype: str,
 
     The verifier does this before searching for counterexamples: on ACAS Xu it settles 18 of
     the 139 holding instances in ~15 ms, where the search would spend ~0.4 s sampling a safe
-    box. Pass the result to :func:`input_split` as ``root`` so that it is not computed twice.
+    box. Pass the result to :class:`InputSplitting` as ``root`` so that it is not computed twice.
     """
     lower, upper = query.lower.unsqueeze(0), query.upper.unsqueeze(0)
     return RootBounds(*_bound_boxes(network, query, lower, upper, None, method, dtype, stats, {}, deadline))
@@ -208,49 +207,6 @@ def _replace_rows(result: BoundsResult, tighter: BoundsResult, where: torch.Tens
     upper_A[where], upper_b[where] = tighter.linear.upper_A, tighter.linear.upper_b
     linear = LinearBounds(None, None, upper_A, upper_b)
     return BoundsResult(result.lower, upper, "alpha", linear, result.intermediate, result.C, result.d, result.stats)
-
-
-def _take(chunks: list, count: int):
-    """Pop up to ``count`` boxes from the end of the pending chunks (depth first)."""
-    lowers, uppers, parents, have = [], [], [], 0
-    while chunks and have < count:
-        lower, upper, inter = chunks.pop()
-        need = count - have
-        if lower.shape[0] > need:
-            keep = slice(0, lower.shape[0] - need)
-            chunks.append((lower[keep], upper[keep], inter.select(keep) if inter is not None else None))
-            take = slice(lower.shape[0] - need, lower.shape[0])
-            lower, upper, inter = lower[take], upper[take], inter.select(take) if inter is not None else None
-        lowers.append(lower)
-        uppers.append(upper)
-        parents.append(inter)
-        have += lower.shape[0]
-    if any(p is None for p in parents):
-        merged = None if all(p is None for p in parents) else _fill_missing(parents, lowers)
-    else:
-        merged = IntermediateBounds(
-            tuple(torch.cat([p.lower[k] for p in parents]) for k in range(len(parents[0].lower))),
-            tuple(torch.cat([p.upper[k] for p in parents]) for k in range(len(parents[0].upper))),
-        )
-    return torch.cat(lowers), torch.cat(uppers), merged
-
-
-def _fill_missing(parents, lowers):
-    """Unknown parent bounds become (−inf, +inf), which intersect to nothing."""
-    template = next(p for p in parents if p is not None)
-    filled = []
-    for p, lower in zip(parents, lowers):
-        if p is None:
-            n = lower.shape[0]
-            p = IntermediateBounds(
-                tuple(torch.full((n, *t.shape[1:]), -torch.inf, dtype=t.dtype) for t in template.lower),
-                tuple(torch.full((n, *t.shape[1:]), torch.inf, dtype=t.dtype) for t in template.upper),
-            )
-        filled.append(p)
-    return IntermediateBounds(
-        tuple(torch.cat([p.lower[k] for p in filled]) for k in range(len(template.lower))),
-        tuple(torch.cat([p.upper[k] for p in filled]) for k in range(len(template.upper))),
-    )
 
 
 def _simplex_grid(rows: int, resolution: int = 6) -> torch.Tensor:
@@ -328,11 +284,6 @@ def _clip_boxes(linear, lower, upper, groups, group_upper):
         hull_upper = torch.where(g_empty.unsqueeze(1), hull_upper, torch.maximum(hull_upper, g_upper))
     empty = (hull_lower > hull_upper).any(1)
     return torch.where(empty.unsqueeze(1), lower, hull_lower), torch.where(empty.unsqueeze(1), upper, hull_upper), empty
-
-
-def _smear(network, intermediate, rows):
-    """ReluVal's smear: a bound on |∂row/∂x_j| over each box (rows: (B, n_out) → (B, n_in))."""
-    return gradient_bounds(network, rows, intermediate).inputs
 
 
 def _row_to_refine(row_upper: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:

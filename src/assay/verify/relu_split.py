@@ -13,15 +13,18 @@ JMLR 2020).
 A domain whose every ReLU has a known sign is affine on its inputs and is decided exactly by
 :mod:`assay.verify.leaf_lp` instead of being split further.
 
-Soundness: a group is refuted only when every leaf of the split tree (each a set of inputs
-whose union is the whole box) has a sound negative upper bound, a re-checked LP dual
+It is the ReLU-splitting strategy of :func:`assay.verify.search.branch_and_bound`, run once per
+conjunction of the unsafe query (:func:`conjunction_searches`); the root branch (no split) is
+bounded by α-CROWN, the others by β-CROWN.
+
+Soundness: a conjunction is refuted only when every leaf of the split tree (each a set of
+inputs whose union is the whole box) has a sound negative upper bound, a re-checked LP dual
 certificate, or is empty; VIOLATED only with a point confirmed by a float64 forward pass.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -29,117 +32,100 @@ from assay.bounds import AlphaCrownOptions, BetaCrownOptions, IntermediateBounds
 from assay.nn.network import Network
 from assay.verify.attack import confirm, pgd
 from assay.verify.deadline import Deadline
-from assay.verify.input_split import SearchStats
 from assay.verify.leaf_lp import REFUTED, VIOLATED, decide_leaf, is_leaf
 from assay.verify.problem import UnsafeQuery
-from assay.verify.result import VerificationStatus
+from assay.verify.search import BoundedBranches, Branches, LeafDecision, SearchState, SearchStats
 
 
-def relu_split(
-    network: Network,
-    query: UnsafeQuery,
-    deadline: Deadline,
-    *,
-    dtype: str = "float64",
-    batch_size: int = 256,
-    stats: SearchStats,
-    progress: Callable[[float, int], None] | None = None,
-    beta_iterations: int = 10,
-) -> tuple[VerificationStatus, tuple[torch.Tensor, torch.Tensor] | None]:
-    """Decide one unsafe query by ReLU splitting. Returns (status, (x, y) for VIOLATED).
+def conjunction_searches(network: Network, query: UnsafeQuery) -> list[tuple[ReluSplitting, SearchState]]:
+    """One ReLU-splitting search per conjunction of the query: (strategy, root state) pairs.
 
-    Each conjunction (group) of the query is refuted separately; the query holds when all are.
+    The query holds when every conjunction is refuted.
     """
-    worst = VerificationStatus.HOLDS
-    groups = int(query.groups.max()) + 1
-    for g in range(groups):
+    searches = []
+    for g in range(query.num_groups):
         rows = query.groups == g
-        status, found = _refute_conjunction(
-            network, query, query.C[rows], query.d[rows], deadline, dtype, batch_size, stats, beta_iterations,
-            (lambda done, pending, g=g: progress((g + done) / groups, pending)) if progress else None,
-        )
-        if status in (VerificationStatus.VIOLATED, VerificationStatus.TIMEOUT):
-            return status, found
-        if status is VerificationStatus.UNKNOWN:
-            worst = status
-    return worst, None
+        strategy = ReluSplitting(network, query, query.C[rows], query.d[rows])
+        searches.append((strategy, strategy.root()))
+    return searches
 
 
-def _refute_conjunction(network, query, C, d, deadline, dtype, batch_size, stats, beta_iterations, progress):
-    shape = network.input_shape
-    box = (query.lower.reshape(1, *shape), query.upper.reshape(1, *shape))
-    root = compute_bounds(network, box, spec=(C, d), method="alpha", dtype=dtype, sides="upper",
-                          options=AlphaCrownOptions(iterations=20), return_linear=True, deadline=deadline.at)
-    stats.bound_calls += 1
-    stats.domains += 1
-    if (root.upper < 0).any():
-        return VerificationStatus.HOLDS, None
-    found = _probe(network, query, root, torch.ones(1, dtype=torch.bool))
-    if found is not None:
-        return VerificationStatus.VIOLATED, found
-    if deadline.passed():
-        return VerificationStatus.TIMEOUT, None
-    if is_leaf(root.intermediate.lower, root.intermediate.upper).item():
-        verdict, found = decide_leaf(network, query, C, d, [t[0] for t in root.intermediate.lower],
-                                     [t[0] for t in root.intermediate.upper])
-        stats.leaf_lps += 1
-        status = {REFUTED: VerificationStatus.HOLDS, VIOLATED: VerificationStatus.VIOLATED}
-        return status.get(verdict, VerificationStatus.UNKNOWN), found
-    relu_shapes = [t.shape[1:] for t in root.intermediate.lower]
-    empty_splits = [torch.zeros(1, *s, dtype=torch.int8) for s in relu_shapes]
-    children = _branch(network, C, empty_splits, root.intermediate, root.upper)
-    # Pending domains in chunks: (splits per layer, the parent's intermediate bounds, depth).
-    pending = 2
-    pending_chunks = [(children[0], children[1], torch.ones(2, dtype=torch.long))]
-    done_mass = 0.0  # fraction of the split tree's leaves closed, weighting a depth-k leaf by 2^-k
-    options = BetaCrownOptions(iterations=beta_iterations)
-    while pending_chunks:
-        if deadline.passed():
-            return VerificationStatus.TIMEOUT, None
-        splits, parents, depth = _take(pending_chunks, deadline.batch(batch_size))
-        count = splits[0].shape[0]
-        pending -= count
-        started = time.monotonic()
-        result = compute_bounds(
-            network, (box[0].expand(count, *shape), box[1].expand(count, *shape)), spec=(C, d),
-            method="beta", dtype=dtype, sides="upper", splits=[s.to(torch.int64) for s in splits],
-            intermediate=parents, options=options, return_linear=True, deadline=deadline.at,
-        )
-        deadline.record(count, time.monotonic() - started)
+@dataclass(frozen=True, eq=False)
+class _DomainBounds:
+    result: object  # the round's BoundsResult
+    is_root: bool
+
+
+class ReluSplitting:
+    """The ReLU-splitting :class:`~assay.verify.search.SearchStrategy` for one conjunction ``C y + d ≥ 0``.
+
+    ``beta_iterations``: β-CROWN iterations per round; the root gets 20 α-CROWN iterations.
+    """
+
+    def __init__(self, network: Network, query: UnsafeQuery, C: torch.Tensor, d: torch.Tensor, *,
+                 dtype: str = "float64", beta_iterations: int = 10):
+        self.network, self.query, self.C, self.d, self.dtype = network, query, C, d, dtype
+        self._options = BetaCrownOptions(iterations=beta_iterations)
+
+    def root(self) -> SearchState:
+        """The whole box with no split, weight 1 (a depth-k branch weighs 2^−k)."""
+        box = self.query.lower.unsqueeze(0), self.query.upper.unsqueeze(0)
+        # network.shapes[i] is the input shape of layer i (a ReLU's output has the same shape)
+        splits = tuple(torch.zeros(1, *self.network.shapes[i], dtype=torch.int8) for i in self.network.relu_indices)
+        return SearchState.start(Branches(box[0], box[1], splits, None, torch.ones(1, dtype=torch.float64)))
+
+    def bound(self, branches: Branches, deadline: Deadline, stats: SearchStats) -> BoundedBranches:
+        shape = self.network.input_shape
+        count = len(branches)
+        box = (branches.lower.reshape(count, *shape), branches.upper.reshape(count, *shape))
+        is_root = branches.parents is None
+        if is_root:
+            result = compute_bounds(self.network, box, spec=(self.C, self.d), method="alpha", dtype=self.dtype,
+                                    sides="upper", options=AlphaCrownOptions(iterations=20), return_linear=True,
+                                    deadline=deadline.at)
+        else:
+            result = compute_bounds(
+                self.network, box, spec=(self.C, self.d), method="beta", dtype=self.dtype, sides="upper",
+                splits=[s.to(torch.int64) for s in branches.splits], intermediate=branches.parents,
+                options=self._options, return_linear=True, deadline=deadline.at,
+            )
         stats.bound_calls += 1
         stats.domains += count
         closed = (result.upper < 0).any(1)
-        done_mass += float(torch.pow(2.0, -depth[closed].to(torch.float64)).sum())
-        open_ = ~closed
-        if open_.any():
-            found = _probe(network, query, result, open_, attack=stats.bound_calls % 4 == 0, deadline=deadline)
-            if found is not None:
-                return VerificationStatus.VIOLATED, found
-            # Open domains whose every ReLU has a known sign are decided exactly by an LP.
-            leaves = open_ & is_leaf(result.intermediate.lower, result.intermediate.upper)
-            for index in leaves.nonzero().flatten().tolist():
-                if deadline.passed():
-                    return VerificationStatus.TIMEOUT, None
-                verdict, found = decide_leaf(network, query, C, d, [t[index] for t in result.intermediate.lower],
-                                             [t[index] for t in result.intermediate.upper])
-                stats.leaf_lps += 1
-                if verdict == VIOLATED:
-                    return VerificationStatus.VIOLATED, found
-                if verdict != REFUTED:
-                    return VerificationStatus.UNKNOWN, None
-                done_mass += float(2.0 ** -float(depth[index]))
-            open_ = open_ & ~leaves
-        if open_.any():
-            children = _branch(
-                network, C, [s[open_] for s in splits], result.intermediate.select(open_), result.upper[open_],
-            )
-            child_splits, child_parents, _ = children
-            pending_chunks.append((child_splits, child_parents, (depth[open_] + 1).repeat(2)))
-            pending += child_splits[0].shape[0]
-        stats.max_pending = max(stats.max_pending, pending)
-        if progress is not None:
-            progress(done_mass, pending)
-    return VerificationStatus.HOLDS, None
+        bounded = Branches(branches.lower, branches.upper, branches.splits, result.intermediate, branches.weight)
+        settled = torch.where(closed, branches.weight, torch.zeros_like(branches.weight))
+        return BoundedBranches(bounded, closed, settled, _DomainBounds(result, is_root))
+
+    def probe(self, bounded: BoundedBranches, open_, deadline: Deadline, stats: SearchStats):
+        payload = bounded.payload
+        attack = not payload.is_root and stats.bound_calls % 4 == 0
+        return _probe(self.network, self.query, payload.result, open_, attack=attack, deadline=deadline)
+
+    def decide(self, bounded: BoundedBranches, open_, deadline: Deadline, stats: SearchStats) -> LeafDecision:
+        """Open domains whose every ReLU has a known sign are decided exactly by an LP."""
+        intermediate = bounded.branches.parents
+        leaves = open_ & is_leaf(intermediate.lower, intermediate.upper)
+        decided = torch.zeros_like(open_)
+        for index in leaves.nonzero().flatten().tolist():
+            if deadline.passed():
+                return LeafDecision(decided, postponed=leaves & ~decided)
+            verdict, found = decide_leaf(self.network, self.query, self.C, self.d,
+                                         [t[index] for t in intermediate.lower], [t[index] for t in intermediate.upper])
+            stats.leaf_lps += 1
+            if verdict == VIOLATED:
+                return LeafDecision(decided, found=found)
+            if verdict != REFUTED:
+                return LeafDecision(decided, undecidable=True)
+            decided[index] = True
+        return LeafDecision(decided)
+
+    def split(self, bounded: BoundedBranches, open_) -> Branches:
+        domains = bounded.branches.select(open_)
+        child_splits, child_parents = _branch(self.network, self.C, list(domains.splits), domains.parents,
+                                              bounded.payload.result.upper[open_])
+        both = torch.cat([torch.arange(len(domains)), torch.arange(len(domains))])
+        return Branches(domains.lower[both], domains.upper[both], tuple(child_splits), child_parents,
+                        domains.weight[both] / 2)
 
 
 def _probe(network, query, result, open_, attack: bool = False, deadline: Deadline | None = None):
@@ -164,7 +150,8 @@ def _branch(network, C, splits, intermediate: IntermediateBounds, row_upper):
     """Two children per domain, splitting its best-scoring unstable, unsplit ReLU (every domain
     must have one: leaves are decided by :mod:`assay.verify.leaf_lp`).
 
-    Returns (child splits per layer, child intermediate bounds, None).
+    Returns (child splits per layer: first every domain's z ≥ 0 child, then its z ≤ 0 child;
+    the children's inherited pre-activation bounds).
     """
     count = splits[0].shape[0]
     scores = _babsr_scores(network, C, splits, intermediate, row_upper)
@@ -188,7 +175,7 @@ def _branch(network, C, splits, intermediate: IntermediateBounds, row_upper):
         children.append(child)
     child_splits = [torch.cat([children[0][k], children[1][k]]) for k in range(len(splits))]
     both = torch.cat([torch.arange(count), torch.arange(count)])
-    return child_splits, intermediate.select(both), None
+    return child_splits, intermediate.select(both)
 
 
 def _babsr_scores(network, C, splits, intermediate, row_upper):
@@ -210,26 +197,3 @@ def _babsr_scores(network, C, splits, intermediate, row_upper):
         floor = unstable.to(area.dtype) * torch.finfo(area.dtype).tiny
         scores.append(g * area + floor)
     return scores
-
-
-def _take(chunks: list, count: int):
-    """Pop up to ``count`` domains from the end of the pending chunks (depth first)."""
-    taken_splits, taken_parents, taken_depths, have = [], [], [], 0
-    while chunks and have < count:
-        splits, parents, depth = chunks.pop()
-        n = splits[0].shape[0]
-        need = count - have
-        if n > need:
-            keep, take = slice(0, n - need), slice(n - need, n)
-            chunks.append(([s[keep] for s in splits], parents.select(keep), depth[keep]))
-            splits, parents, depth = [s[take] for s in splits], parents.select(take), depth[take]
-        taken_splits.append(splits)
-        taken_parents.append(parents)
-        taken_depths.append(depth)
-        have += splits[0].shape[0]
-    layers = len(taken_splits[0])
-    merged = IntermediateBounds(
-        tuple(torch.cat([p.lower[k] for p in taken_parents]) for k in range(layers)),
-        tuple(torch.cat([p.upper[k] for p in taken_parents]) for k in range(layers)),
-    )
-    return [torch.cat([s[k] for s in taken_splits]) for k in range(layers)], merged, torch.cat(taken_depths)

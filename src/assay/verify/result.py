@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from assay.verify.search import SearchState
 
 __all__ = ["VerificationStatus", "Counterexample", "VerificationResult"]
 
@@ -39,11 +43,15 @@ class VerificationResult:
         status: holds / violated / unknown / timeout.
         counterexample: for VIOLATED, the re-checked input and output; else None.
         stats: domains explored, bound calls, attack restarts, seconds, ...
+        searches: the state of every branch-and-bound search run (one per query for input
+            splitting, one per conjunction for ReLU splitting, in order): pending and closed
+            branches; a TIMEOUT's last search can be resumed from it.
     """
 
     status: VerificationStatus
     counterexample: Counterexample | None = None
     stats: dict = field(default_factory=dict)
+    searches: tuple[SearchState, ...] = ()
 
     def __post_init__(self):
         if (self.status is VerificationStatus.VIOLATED) != (self.counterexample is not None):
@@ -54,4 +62,5 @@ class VerificationResult:
             "status": self.status.value,
             "counterexample": None if self.counterexample is None else self.counterexample.to_json(),
             "stats": dict(self.stats),
+            "searches": [state.to_json() for state in self.searches],
         }

@@ -1,0 +1,276 @@
+"""One branch-and-bound core for every search over a network's inputs or activations.
+
+A search refutes one unsafe query (or one conjunction of it) by splitting its domain into
+*branches* until every branch is shown safe by sound bounds, decided exactly, or found to hold
+a counterexample. Everything specific to a kind of branching lives in a :class:`SearchStrategy`:
+
+* ``bound``  — bound a batch of branches; say which are closed (safe), and how much of each
+  branch's weight is settled (closed branches: all of it; input splitting also settles the part
+  of a box its linear bounds clip away);
+* ``probe``  — look for a counterexample in the open branches (corners, centres, PGD);
+* ``decide`` — decide exactly the open branches that cannot be split further (ReLU splitting:
+  an LP per leaf; input splitting: boxes too thin to split make the search UNKNOWN);
+* ``split``  — the children of the open branches.
+
+:func:`branch_and_bound` is the only loop. Its state is a value: :class:`SearchState` holds the
+pending branches (depth first: taken from the end), the closed ones and the settled weight; a
+search stopped by its deadline returns its state, and calling :func:`branch_and_bound` again
+with that state continues where it stopped (online verification resumes from it).
+
+Soundness: HOLDS is returned only when no branch is pending and no branch was left undecided,
+i.e. when every branch of a partition of the query's domain was closed by a strategy's sound
+bound or exact decision; VIOLATED only with a point confirmed by a plain forward pass.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+import torch
+
+from assay.bounds import IntermediateBounds
+from assay.verify.deadline import Deadline
+from assay.verify.result import VerificationStatus
+
+__all__ = ["Branches", "BoundedBranches", "LeafDecision", "SearchState", "SearchOutcome", "SearchStrategy",
+           "SearchStats", "branch_and_bound"]
+
+Found = tuple[torch.Tensor, torch.Tensor]  # (input, output) confirmed by a forward pass
+
+
+@dataclass(frozen=True, eq=False)
+class Branches:
+    """A batch of B branches (struct of arrays).
+
+    Attributes:
+        lower, upper: (B, n_in) float64: the input box of each branch (flat).
+        splits: per ReLU layer, (B, *layer shape) int8 split history (+1: z ≥ 0, −1: z ≤ 0,
+            0: free); None for input splitting.
+        parents: pre-activation bounds valid on each branch (inherited from its parent), or None.
+        weight: (B,) float64: the branch's share of the search (volume fraction of the query's
+            box for input splitting, 2^−depth for ReLU splitting); the shares of a partition sum to 1.
+    """
+
+    lower: torch.Tensor
+    upper: torch.Tensor
+    splits: tuple[torch.Tensor, ...] | None
+    parents: IntermediateBounds | None
+    weight: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.weight.shape[0]
+
+    def select(self, which) -> Branches:
+        """The branches picked by a bool mask, an index tensor or a slice."""
+        return Branches(
+            self.lower[which], self.upper[which],
+            None if self.splits is None else tuple(s[which] for s in self.splits),
+            None if self.parents is None else self.parents.select(which),
+            self.weight[which],
+        )
+
+    def without_bounds(self) -> Branches:
+        """The domains alone (what a closed branch keeps: its pre-activation bounds are dropped)."""
+        return replace(self, parents=None)
+
+    @staticmethod
+    def concat(parts: list[Branches]) -> Branches:
+        if len(parts) == 1:
+            return parts[0]
+        splits = None if parts[0].splits is None else tuple(
+            torch.cat([p.splits[k] for p in parts]) for k in range(len(parts[0].splits)))
+        return Branches(torch.cat([p.lower for p in parts]), torch.cat([p.upper for p in parts]), splits,
+                        _concat_bounds([p.parents for p in parts], [len(p) for p in parts]),
+                        torch.cat([p.weight for p in parts]))
+
+
+@dataclass(frozen=True, eq=False)
+class BoundedBranches:
+    """A batch after ``bound``: ``branches`` (input splitting may have shrunk their boxes),
+    ``closed`` (B,) bool, ``settled`` (B,) float64 weight settled by this step, and the
+    strategy's own ``payload`` (its bounds, for probing and splitting)."""
+
+    branches: Branches
+    closed: torch.Tensor
+    settled: torch.Tensor
+    payload: object = None
+
+
+@dataclass(frozen=True)
+class LeafDecision:
+    """What ``decide`` found among the open branches: ``decided`` (B,) bool (closed exactly),
+    ``found`` a counterexample, or ``undecidable`` (a branch that can neither be split nor
+    decided: the search answers UNKNOWN). ``postponed`` (B,) bool or None: branches it had to
+    leave for later (the deadline passed); they go back to the pending branches as they are."""
+
+    decided: torch.Tensor
+    found: Found | None = None
+    undecidable: bool = False
+    postponed: torch.Tensor | None = None
+
+
+@dataclass
+class SearchStats:
+    """Counters of one verification run (shared by the phases and the searches of its queries)."""
+
+    domains: int = 0  # branches bounded
+    bound_calls: int = 0
+    max_pending: int = 0
+    attacks: int = 0  # counterexample searches (sampling + PGD) and PGD probes
+    leaf_lps: int = 0  # ReLU splitting: leaves decided by an LP
+
+    def to_json(self) -> dict:
+        return {"domains": self.domains, "bound_calls": self.bound_calls, "max_pending": self.max_pending,
+                "attacks": self.attacks, "leaf_lps": self.leaf_lps}
+
+
+class SearchStrategy(Protocol):
+    """How one kind of branching bounds, probes, decides and splits (see the module docstring)."""
+
+    def bound(self, branches: Branches, deadline: Deadline, stats: SearchStats) -> BoundedBranches: ...
+
+    def probe(self, bounded: BoundedBranches, open_: torch.Tensor, deadline: Deadline,
+              stats: SearchStats) -> Found | None: ...
+
+    def decide(self, bounded: BoundedBranches, open_: torch.Tensor, deadline: Deadline,
+               stats: SearchStats) -> LeafDecision: ...
+
+    def split(self, bounded: BoundedBranches, open_: torch.Tensor) -> Branches: ...
+
+
+@dataclass(frozen=True, eq=False)
+class SearchState:
+    """Where a search stands: a value that can be kept and resumed.
+
+    ``pending``: chunks of open branches, taken depth first from the end; ``closed``: chunks of
+    branches closed so far (domains only; empty when the search does not keep them);
+    ``settled``: the weight settled so far (1.0 when everything is closed).
+    """
+
+    pending: tuple[Branches, ...]
+    closed: tuple[Branches, ...] = ()
+    settled: float = 0.0
+
+    @staticmethod
+    def start(root: Branches) -> SearchState:
+        return SearchState((root,))
+
+    @property
+    def pending_count(self) -> int:
+        return sum(len(chunk) for chunk in self.pending)
+
+    @property
+    def closed_count(self) -> int:
+        return sum(len(chunk) for chunk in self.closed)
+
+    def to_json(self) -> dict:
+        return {"pending": self.pending_count, "closed": self.closed_count, "settled": self.settled}
+
+
+@dataclass(frozen=True, eq=False)
+class SearchOutcome:
+    """``status`` (HOLDS, VIOLATED, UNKNOWN or TIMEOUT), ``found`` for VIOLATED, and the
+    ``state`` to resume from (for TIMEOUT: every pending branch is still there)."""
+
+    status: VerificationStatus
+    found: Found | None
+    state: SearchState = field(repr=False)
+
+
+def branch_and_bound(
+    strategy: SearchStrategy,
+    state: SearchState,
+    deadline: Deadline,
+    *,
+    batch_size: int,
+    stats: SearchStats,
+    keep_closed: bool = True,
+    progress: Callable[[float, int], None] | None = None,
+) -> SearchOutcome:
+    """Run (or resume) a search until it is decided or ``deadline`` passes.
+
+    Args:
+        strategy: the kind of branching.
+        state: :meth:`SearchState.start` of the root branch, or the state of an earlier outcome.
+        deadline: rounds are sized by it and none starts after it.
+        batch_size: the most branches bounded per round.
+        keep_closed: keep the closed branches' domains in the state (for reuse and reports).
+        progress: optional ``(settled weight, pending branches)`` callback after each round.
+    """
+    pending = list(state.pending)
+    closed = list(state.closed)
+    settled = state.settled
+
+    def snapshot() -> SearchState:
+        return SearchState(tuple(pending), tuple(closed), settled)
+
+    while pending:
+        if deadline.passed():
+            return SearchOutcome(VerificationStatus.TIMEOUT, None, snapshot())
+        batch = _take(pending, deadline.batch(batch_size))
+        started = time.monotonic()
+        bounded = strategy.bound(batch, deadline, stats)
+        deadline.record(len(batch), time.monotonic() - started)
+        settled += float(bounded.settled.sum())
+        open_ = ~bounded.closed
+        done = bounded.closed
+        if open_.any():
+            found = strategy.probe(bounded, open_, deadline, stats)
+            if found is not None:
+                return SearchOutcome(VerificationStatus.VIOLATED, found, snapshot())
+            leaves = strategy.decide(bounded, open_, deadline, stats)
+            if leaves.found is not None:
+                return SearchOutcome(VerificationStatus.VIOLATED, leaves.found, snapshot())
+            if leaves.undecidable:
+                pending.append(bounded.branches.select(open_))
+                return SearchOutcome(VerificationStatus.UNKNOWN, None, snapshot())
+            settled += float(bounded.branches.weight[leaves.decided].sum())
+            done = done | leaves.decided
+            open_ = open_ & ~leaves.decided
+            if leaves.postponed is not None and leaves.postponed.any():
+                pending.append(bounded.branches.select(leaves.postponed))  # bounded again when resumed
+                open_ = open_ & ~leaves.postponed
+            if open_.any():
+                pending.append(strategy.split(bounded, open_))
+        if keep_closed and done.any():
+            closed.append(bounded.branches.select(done).without_bounds())
+        stats.max_pending = max(stats.max_pending, sum(len(chunk) for chunk in pending))
+        if progress is not None:
+            progress(settled, sum(len(chunk) for chunk in pending))
+    return SearchOutcome(VerificationStatus.HOLDS, None, snapshot())
+
+
+def _take(pending: list[Branches], count: int) -> Branches:
+    """Pop up to ``count`` branches from the end of the pending chunks (depth first)."""
+    parts, have = [], 0
+    while pending and have < count:
+        chunk = pending.pop()
+        need = count - have
+        if len(chunk) > need:
+            pending.append(chunk.select(slice(0, len(chunk) - need)))
+            chunk = chunk.select(slice(len(chunk) - need, len(chunk)))
+        parts.append(chunk)
+        have += len(chunk)
+    return Branches.concat(parts)
+
+
+def _concat_bounds(parts: list[IntermediateBounds | None], sizes: list[int]) -> IntermediateBounds | None:
+    """Concatenate branches' pre-activation bounds; branches without any get (−inf, +inf)."""
+    if all(p is None for p in parts):
+        return None
+    template = next(p for p in parts if p is not None)
+    filled = []
+    for p, n in zip(parts, sizes):
+        if p is None:
+            p = IntermediateBounds(
+                tuple(torch.full((n, *t.shape[1:]), -torch.inf, dtype=t.dtype) for t in template.lower),
+                tuple(torch.full((n, *t.shape[1:]), torch.inf, dtype=t.dtype) for t in template.upper),
+            )
+        filled.append(p)
+    return IntermediateBounds(
+        tuple(torch.cat([p.lower[k] for p in filled]) for k in range(len(template.lower))),
+        tuple(torch.cat([p.upper[k] for p in filled]) for k in range(len(template.upper))),
+    )
