@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from types import SimpleNamespace
 
@@ -11,7 +12,7 @@ import torch
 
 from assay.errors import OptionError, SpecError
 from assay.nn import Linear, Network, ReLU
-from assay.verify import VerificationStatus, verify
+from assay.verify import VerificationStatus, VerifyOptions, verify
 from assay.verify.marabou import float32_rounded, solve_network
 from tests.requirements import require
 
@@ -179,6 +180,21 @@ def test_bad_requests_raise_clear_errors():
         verify(network, box(3), unsafe=unsafe_region([[1.0, -1.0, 0.0]], [0.0]))
     with pytest.raises(OptionError, match="timeout"):
         verify(network, box(3), unsafe=unsafe_region([[1.0, -1.0]], [0.0]), timeout=0)
+    with pytest.raises(OptionError, match=r"unknown verify option\(s\) \['timeuot'\]; known: .*'timeout'"):
+        verify(network, box(3), unsafe=unsafe_region([[1.0, -1.0]], [0.0]), timeuot=5)
+    with pytest.raises(OptionError, match="strategy"):
+        VerifyOptions(strategy="depth")
+
+
+def test_options_are_one_frozen_value_with_overrides():
+    options = VerifyOptions(timeout=30, attack_restarts=0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.timeout = 5
+    assert VerifyOptions.build(options, timeout=5) == VerifyOptions(timeout=5, attack_restarts=0)
+    assert VerifyOptions().strategy_for(5) == "input" and VerifyOptions().strategy_for(784) == "relu"
+    network = random_network(7, widths=(2, 8, 2))
+    result = verify(network, box(2), unsafe=unsafe_region([[1.0, -1.0]], [100.0]), options=options, strategy="relu")
+    assert result.status is VerificationStatus.VIOLATED and result.stats["strategy"] == "relu"
 
 
 @pytest.mark.data

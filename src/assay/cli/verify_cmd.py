@@ -25,13 +25,14 @@ from assay.cli._common import (
     show_progress,
 )
 from assay.errors import OptionError
+from assay.verify.options import INPUT_SPLIT_METHODS, VerifyOptions
 
 __all__ = ["verify"]
 
-DEFAULT_TIMEOUT = 300.0
+DEFAULT_TIMEOUT = VerifyOptions().timeout
 # Below this many parameters a network's tensors are too small for torch's threads to pay off.
 SMALL_NETWORK_PARAMETERS = 100_000
-_METHODS = ("crown", "alpha", "ibp")
+_METHODS = INPUT_SPLIT_METHODS
 _EXIT_FOR_STATUS = {"holds": 0, "violated": EXIT_VIOLATED, "unknown": EXIT_UNDECIDED, "timeout": EXIT_UNDECIDED}
 
 

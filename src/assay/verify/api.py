@@ -6,22 +6,19 @@ import time
 
 import numpy as np
 
-from assay._validate import check_choice, check_float, check_int
 from assay.errors import OptionError
 from assay.nn.network import Network
 from assay.verify.attack import search
 from assay.verify.deadline import Deadline
 from assay.verify.input_split import InputSplitting, bound_root
 from assay.verify.input_split import root_branch as input_root
+from assay.verify.options import INPUT_SPLIT_MAX_INPUTS, VerifyOptions
 from assay.verify.problem import UnsafeQuery, from_required, from_unsafe
 from assay.verify.relu_split import conjunction_searches
 from assay.verify.result import Counterexample, VerificationResult, VerificationStatus
 from assay.verify.search import SearchState, SearchStats, branch_and_bound
 
-__all__ = ["verify", "verify_vnnlib", "INPUT_SPLIT_MAX_INPUTS"]
-
-# Input splitting halves one input per step: beyond a handful of inputs ReLU splitting wins.
-INPUT_SPLIT_MAX_INPUTS = 16
+__all__ = ["verify", "verify_vnnlib", "VerifyOptions", "INPUT_SPLIT_MAX_INPUTS"]
 
 
 def verify(
@@ -30,14 +27,10 @@ def verify(
     spec=None,
     *,
     unsafe=None,
-    timeout: float = 300.0,
-    method: str = "alpha",
-    dtype: str = "float64",
-    batch_size: int = 1024,
-    attack_restarts: int = 32,
-    strategy: str = "auto",
+    options: VerifyOptions | None = None,
     rng: np.random.Generator | None = None,
     progress=None,
+    **option_values,
 ) -> VerificationResult:
     """Decide "for every x in ``input_set``, f(x) lies in ``spec``" (or avoids ``unsafe``).
 
@@ -48,61 +41,41 @@ def verify(
             conjunction, e.g. ``argmax_is(k, n)``); or
         unsafe: the forbidden output region (an OutputSpec, e.g. a VNN-LIB query's
             ``unsafe_outputs``). Give exactly one of the two.
-        timeout: seconds; when exceeded the status is TIMEOUT. Every phase (bounding, the
-            counterexample search, branching, leaf LPs) stops at the deadline, so the call
-            returns soon after it (one bound pass or LP at most).
-        method: bound method of input splitting: ``"alpha"`` (default: CROWN, then α-CROWN on
-            the output rows of the boxes CROWN leaves open), ``"crown"`` or ``"ibp"``. ReLU
-            splitting always uses β-CROWN.
-        dtype: working dtype of the bounds (``"float64"`` default).
-        batch_size: boxes bounded per call.
-        attack_restarts: PGD restarts before branching (0 disables the attack).
-        strategy: ``"input"`` (split the input box; best for few inputs, e.g. ACAS Xu),
-            ``"relu"`` (split unstable ReLUs with β-CROWN; for many inputs) or ``"auto"``
-            (input splitting up to :data:`INPUT_SPLIT_MAX_INPUTS` inputs, else ReLU splitting).
+        options: a :class:`VerifyOptions` (default: its defaults); single options can also be
+            given by name (``timeout=60``, ``strategy="relu"``, ...) and override it.
         rng: randomness of the attack (default: a fixed seed, so runs are repeatable).
-        progress: optional callable ``(fraction of the input volume decided, pending boxes)``.
+        progress: optional callable ``(fraction of the search settled, pending branches)``.
 
     Returns:
         :class:`VerificationResult`. HOLDS follows from sound bounds over a partition of the
         input set; VIOLATED carries an input whose float64 forward pass violates the property.
     """
+    options = VerifyOptions.build(options, **option_values)
     if (spec is None) == (unsafe is None):
         raise OptionError("verify takes exactly one of spec=(required output region) or unsafe=(forbidden outputs)")
     queries = from_required(network, input_set, spec) if spec is not None else from_unsafe(network, input_set, unsafe)
-    return _run(network, queries, timeout, method, dtype, batch_size, attack_restarts, strategy, rng, progress)
+    return _run(network, queries, options, rng, progress)
 
 
-def verify_vnnlib(network: Network, prop, **options) -> VerificationResult:
-    """Verify a :class:`~assay.sets.VnnlibProperty`: it holds iff every query is infeasible."""
+def verify_vnnlib(network: Network, prop, *, options: VerifyOptions | None = None, rng=None, progress=None,
+                  **option_values) -> VerificationResult:
+    """Verify a :class:`~assay.sets.VnnlibProperty`: it holds iff every query is infeasible.
+
+    Options as for :func:`verify`.
+    """
+    options = VerifyOptions.build(options, **option_values)
     queries: list[UnsafeQuery] = []
     for index, query in enumerate(prop.queries):
         queries += from_unsafe(network, query.input_set, query.unsafe_outputs, index)
-    return _run(network, queries, **_with_defaults(options))
+    return _run(network, queries, options, rng, progress)
 
 
-def _with_defaults(options: dict) -> dict:
-    defaults = dict(timeout=300.0, method="alpha", dtype="float64", batch_size=1024, attack_restarts=32,
-                    strategy="auto", rng=None, progress=None)
-    unknown = set(options) - set(defaults)
-    if unknown:
-        raise OptionError(f"unknown verify option(s) {sorted(unknown)}; known: {sorted(defaults)}")
-    defaults.update(options)
-    return defaults
-
-
-def _run(network, queries, timeout, method, dtype, batch_size, attack_restarts, strategy, rng,
-         progress) -> VerificationResult:
-    check_float(timeout, "timeout", "verify", minimum=0.0, strict=True)
-    check_choice(strategy, "strategy", "verify", ("auto", "input", "relu"))
-    if strategy == "auto":
-        strategy = "input" if network.input_size <= INPUT_SPLIT_MAX_INPUTS else "relu"
-    check_choice(method, "method", "verify", ("crown", "alpha", "ibp"))
-    check_int(batch_size, "batch_size", "verify", minimum=1)
-    check_int(attack_restarts, "attack_restarts", "verify", minimum=0)
+def _run(network, queries, options: VerifyOptions, rng, progress) -> VerificationResult:
+    strategy = options.strategy_for(network.input_size)
+    method, dtype, batch_size = options.method, options.dtype, options.batch_size
     rng = rng if rng is not None else np.random.default_rng(0)
     started = time.monotonic()
-    deadline = Deadline(started + timeout)
+    deadline = Deadline(started + options.timeout)
     stats = SearchStats()
     searches: list[SearchState] = []
 
@@ -126,10 +99,10 @@ def _run(network, queries, timeout, method, dtype, batch_size, attack_restarts, 
                 open_queries.append((query, root))
     else:
         open_queries = [(q, None) for q in queries]
-    if attack_restarts:
+    if options.attack_restarts:
         for query, _ in open_queries:
             stats.attacks += 1
-            found = search(network, query, rng, restarts=attack_restarts, deadline=deadline)
+            found = search(network, query, rng, restarts=options.attack_restarts, deadline=deadline)
             if found is not None:
                 return finish(VerificationStatus.VIOLATED, found, query.index)
     worst = VerificationStatus.HOLDS

@@ -1,0 +1,69 @@
+"""The verifier's options: one frozen value, defaults in one place, checked when built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from assay._validate import check_choice, check_float, check_int
+from assay.errors import OptionError
+
+__all__ = ["VerifyOptions", "INPUT_SPLIT_MAX_INPUTS"]
+
+# Input splitting halves one input per step: beyond a handful of inputs ReLU splitting wins.
+INPUT_SPLIT_MAX_INPUTS = 16
+
+# Bound methods that input splitting can use (ReLU splitting always uses β-CROWN).
+INPUT_SPLIT_METHODS = ("alpha", "crown", "ibp")
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """How :func:`assay.verify.verify` searches.
+
+    Attributes:
+        timeout: seconds (> 0); when exceeded the status is TIMEOUT. Every phase (bounding, the
+            counterexample search, branching, leaf LPs) stops at the deadline, so the call
+            returns soon after it (one bound pass or LP at most).
+        method: bound method of input splitting: ``"alpha"`` (CROWN, then α-CROWN on the output
+            rows of the boxes CROWN leaves open), ``"crown"`` or ``"ibp"``. ReLU splitting
+            always uses β-CROWN.
+        dtype: working dtype of the bounds (``"float64"``: verdicts should use it).
+        batch_size: the most branches bounded per round (ReLU splitting: at most 256).
+        attack_restarts: PGD restarts of the counterexample search before branching (0: none).
+        strategy: ``"input"`` (split the input box; best for few inputs, e.g. ACAS Xu),
+            ``"relu"`` (split unstable ReLUs with β-CROWN; for many inputs) or ``"auto"``
+            (input splitting up to :data:`INPUT_SPLIT_MAX_INPUTS` inputs, else ReLU splitting).
+    """
+
+    timeout: float = 300.0
+    method: str = "alpha"
+    dtype: str = "float64"
+    batch_size: int = 1024
+    attack_restarts: int = 32
+    strategy: str = "auto"
+
+    def __post_init__(self):
+        check_float(self.timeout, "timeout", "verify", minimum=0.0, strict=True)
+        check_choice(self.method, "method", "verify", INPUT_SPLIT_METHODS)
+        if str(self.dtype) not in ("float64", "float32", "torch.float64", "torch.float32"):
+            raise OptionError(f"the `dtype` option of verify must be 'float64' or 'float32'; got {self.dtype!r}")
+        check_int(self.batch_size, "batch_size", "verify", minimum=1)
+        check_int(self.attack_restarts, "attack_restarts", "verify", minimum=0)
+        check_choice(self.strategy, "strategy", "verify", ("auto", "input", "relu"))
+
+    @classmethod
+    def build(cls, options: VerifyOptions | None = None, **overrides) -> VerifyOptions:
+        """``options`` (default: the defaults) with ``overrides`` applied; unknown names are an OptionError."""
+        known = {f.name for f in fields(cls)}
+        unknown = set(overrides) - known
+        if unknown:
+            raise OptionError(f"unknown verify option(s) {sorted(unknown)}; known: {sorted(known)}")
+        if options is not None and not isinstance(options, VerifyOptions):
+            raise OptionError(f"the `options` argument of verify must be a VerifyOptions; got {type(options).__name__}")
+        return replace(options or cls(), **overrides)
+
+    def strategy_for(self, input_size: int) -> str:
+        """The strategy used for a network with ``input_size`` inputs (resolves ``"auto"``)."""
+        if self.strategy != "auto":
+            return self.strategy
+        return "input" if input_size <= INPUT_SPLIT_MAX_INPUTS else "relu"
