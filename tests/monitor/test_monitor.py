@@ -22,7 +22,7 @@ FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthChe
 def test_public_surface_is_pinned():
     assert sorted(assay.monitor.__all__) == sorted([
         "Monitor", "MonitorConfig", "MonitorStats", "Witnesses", "FrnnIndex", "BACKENDS",
-        "choose_backend", "make_index", "save_checkpoint", "load_checkpoint",
+        "choose_backend", "make_index", "save_checkpoint", "load_checkpoint", "monitor_stream", "StreamRun",
     ])
 
 
@@ -171,11 +171,11 @@ def test_checkpoint_errors(tmp_path):
 def test_auto_chooses_by_metric_dimension_and_size():
     from assay.monitor import choose_backend
 
-    assert choose_backend("linf", 12, 0.1) == "grid"
-    assert choose_backend("l2", 512, 0.1) == "grid"
-    assert choose_backend("linf", 12, 0.1, size=100) == "brute"
-    assert choose_backend("cosine", 8, 0.1) == "kdtree"
-    assert choose_backend("cosine", 64, 0.1) == "brute"
+    assert choose_backend("linf", 12) == "grid"
+    assert choose_backend("l2", 512) == "grid"
+    assert choose_backend("linf", 12, size=100) == "brute"
+    assert choose_backend("cosine", 8) == "kdtree"
+    assert choose_backend("cosine", 64) == "brute"
     monitor = Monitor(0.1)
     monitor.observe([0.0, 1.0, 2.0], 0)
     assert type(monitor.index).__name__ == "GridIndex"

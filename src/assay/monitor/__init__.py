@@ -7,12 +7,13 @@
 >>> monitor.observe([0.05, 0.1], "deny").ids.tolist()   # d = 0.1 ≤ ε: closed ball
 [0]
 
-See :class:`Monitor` for the semantics and :mod:`assay.monitor.frnn` for the index backends.
+See :class:`Monitor` for the semantics, :mod:`assay.monitor.frnn` for the index backends and
+their protocol, and :func:`monitor_stream` to monitor a whole CSV, Parquet or JSON-lines stream.
 """
 
 from assay.monitor.frnn import BACKENDS, FrnnIndex, choose_backend, make_index
-from assay.monitor.monitor import Monitor, MonitorConfig, MonitorStats
-from assay.monitor.store import load_checkpoint, save_checkpoint
+from assay.monitor.monitor import Monitor, MonitorConfig, MonitorStats, load_checkpoint, save_checkpoint
+from assay.monitor.stream import StreamRun, monitor_stream
 from assay.monitor.witnesses import Witnesses
 
 __all__ = [
@@ -26,4 +27,6 @@ __all__ = [
     "make_index",
     "save_checkpoint",
     "load_checkpoint",
+    "monitor_stream",
+    "StreamRun",
 ]

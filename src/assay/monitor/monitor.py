@@ -25,7 +25,6 @@ path, which gives the same answers.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -35,9 +34,10 @@ from assay._validate import check_choice, check_float, check_int
 from assay.errors import DataError, OptionError
 from assay.monitor import _kernels
 from assay.monitor.frnn import BACKENDS, FrnnIndex, make_index
+from assay.monitor.store import CheckpointState, read_checkpoint, write_checkpoint
 from assay.monitor.witnesses import Witnesses
 
-__all__ = ["Monitor", "MonitorConfig", "MonitorStats"]
+__all__ = ["Monitor", "MonitorConfig", "MonitorStats", "save_checkpoint", "load_checkpoint"]
 
 METRICS = ("linf", "l2", "l1", "cosine")
 
@@ -235,7 +235,7 @@ class Monitor:
                     code = None
                 if code is not None:
                     decision = self._next_id
-                    count, ids, distances = self._index._observe_one(row, decision, code, self.config.count_only, self.config.epsilon)
+                    count, ids, distances = self._index.observe_row(row, decision, code, self.config.count_only, self.config.epsilon)
                     self._log.append_one(code)
                     self._next_id = decision + 1
                     if count:
@@ -261,7 +261,7 @@ class Monitor:
             self._index = make_index(self.config.index, rows.shape[1], self.config.metric, self.config.epsilon)
             self.config = replace(self.config, dim=rows.shape[1])
             if self._reserve:
-                self._index._reserve(self._reserve)
+                self._index.reserve(self._reserve)
         if self._log is None:
             self._log = _OutputLog(self._output_width)
             self._log.offset = self._next_id
@@ -284,14 +284,15 @@ class Monitor:
             # One compiled loop: each row is queried against the history and the earlier rows of
             # the batch, then stored; the label filter and the window are applied inside.
             window = -1 if config.max_history is None else config.max_history
-            counts, other, distance = index._observe(rows, ids, outputs, True, window, config.count_only, config.epsilon)
+            counts, other, distance = index.observe_rows(rows, ids, outputs, True, window, config.count_only, config.epsilon)
             results = self._group_counts(first_id, counts, other, distance)
         else:
-            query, other, distance = index._query_validated(rows, config.epsilon)
+            query, other, distance = index.query_pairs(rows, config.epsilon)
             other_output = log.get(other)
             if count > 1:  # pairs inside the batch: each later row against the earlier rows of the batch
                 norms = _kernels.canonical_norms(rows) if config.metric == "cosine" else np.ones(count)
-                later, earlier, inner_distance = _kernels.all_pairs_within(rows, norms, config.epsilon, index._code)
+                code = _kernels.METRIC_CODES[config.metric]
+                later, earlier, inner_distance = _kernels.all_pairs_within(rows, norms, config.epsilon, code)
                 query = np.concatenate([query, later])
                 other = np.concatenate([other, earlier + first_id])
                 distance = np.concatenate([distance, inner_distance])
@@ -301,7 +302,7 @@ class Monitor:
                 keep &= other >= query + first_id - config.max_history
             query, other, distance = query[keep], other[keep], distance[keep]
             results = self._group(first_id, count, query, other, distance)
-            index._add_validated(rows, ids, outputs if labels else None)
+            index.add_rows(rows, ids, outputs if labels else None)
         log.append(outputs)
         self._next_id += count
         if config.max_history is not None:
@@ -462,19 +463,27 @@ class Monitor:
 
     # -- checkpoints ----------------------------------------------------------------------
     def save(self, path) -> Path:
-        """Write the monitor's full state to ``path`` (an ``.npz`` file); see :func:`load`."""
-        from assay.monitor.store import save_checkpoint
-
-        return save_checkpoint(self, path)
+        """Write the monitor's full state to ``path`` (an ``.npz`` file: :mod:`assay.monitor.store`); see :meth:`load`."""
+        return write_checkpoint(path, self._state())
 
     @classmethod
     def load(cls, path) -> "Monitor":
-        """Rebuild a monitor from a checkpoint written by :meth:`save`; it answers as the original would."""
-        from assay.monitor.store import load_checkpoint
+        """Rebuild a monitor from a checkpoint written by :meth:`save`; it answers as the original would.
 
-        return load_checkpoint(path)
+        The index is rebuilt from the saved rows (every backend is exact, so it answers as the saved one).
+        """
+        state = read_checkpoint(path)
+        config = state.meta["config"]
+        output = "label" if config["output_metric"] is None else (config["output_metric"], config["delta"])
+        monitor = cls(
+            config["epsilon"], config["metric"], output, config["index"], dim=config["dim"],
+            max_history=config["max_history"], max_witnesses=config["max_witnesses"],
+            count_only=config["count_only"], batch_size=config["batch_size"],
+        )
+        monitor._restore(state)
+        return monitor
 
-    def _state(self) -> dict:
+    def _state(self) -> CheckpointState:
         rows, ids = self._index.export() if self._index is not None else (np.empty((0, self.dim or 0)), np.empty(0, dtype=np.int64))
         outputs = self._log.get(ids) if self._log is not None else np.empty(0)
         meta = {
@@ -485,9 +494,10 @@ class Monitor:
             "pairs": self._pairs,
             "flagged": self._flagged,
         }
-        return {"meta": json.dumps(meta), "rows": rows, "ids": ids, "outputs": outputs}
+        return CheckpointState(meta, rows, ids, outputs)
 
-    def _restore(self, meta: dict, rows: np.ndarray, ids: np.ndarray, outputs: np.ndarray) -> None:
+    def _restore(self, state: CheckpointState) -> None:
+        meta, rows, ids, outputs = state.meta, state.rows, state.ids, state.outputs
         self._labels = {label: code for code, label in enumerate(meta["labels"])}
         self._output_width = meta["output_width"]
         self._next_id, self._pairs, self._flagged = meta["next_id"], meta["pairs"], meta["flagged"]
@@ -498,10 +508,19 @@ class Monitor:
             self._log.append(outputs)
         if self.config.dim is not None:
             self._index = make_index(self.config.index, self.config.dim, self.config.metric, self.config.epsilon)
-            self._index.add(rows, ids)
-            if self.config.output_metric is None and ids.size:
-                self._index._store.tags[: ids.size] = outputs  # the label filter of fused indexes
+            # Label codes are the tags fused indexes filter by.
+            self._index.add(rows, ids, outputs if self.config.output_metric is None else None)
         self._update_fast()
+
+
+def save_checkpoint(monitor: Monitor, path) -> Path:
+    """Write ``monitor``'s state to ``path`` (``.npz`` appended if missing); return the path written (:meth:`Monitor.save`)."""
+    return monitor.save(path)
+
+
+def load_checkpoint(path) -> Monitor:
+    """Rebuild the :class:`Monitor` saved at ``path`` (:meth:`Monitor.load`)."""
+    return Monitor.load(path)
 
 
 def _unique_objects(labels: np.ndarray):

@@ -1,26 +1,35 @@
-"""Reading decision streams (CSV, Parquet, JSON lines, or stdin) in chunks of (X, Y).
+"""Decision streams (CSV, Parquet, JSON lines, or stdin): reading them in chunks, and monitoring them.
 
 A stream is a table: one column holds the model's decision, the others are input features;
-columns named in ``drop`` (e.g. a ground-truth label) are ignored. Rows are delivered in file
-order, in chunks, as float64 features and the decision column's values (numbers when they all
-parse as numbers, else strings). Every problem is a :class:`~assay.errors.DataError` naming the
-file, the line (1-based, header = line 1 for CSV) and the column.
+columns named in ``drop`` (e.g. a ground-truth label) are ignored. :func:`read_stream` delivers
+the rows in file order, in chunks, as float64 features and the decision column's values (numbers
+when they all parse as numbers, else strings). Every problem is a :class:`~assay.errors.DataError`
+naming the file, the line (1-based, header = line 1 for CSV) and the column.
+
+:func:`monitor_stream` feeds a whole stream to a :class:`~assay.monitor.Monitor` in batches and
+returns a :class:`StreamRun`: the counts, per-decision latencies, the most-witnessed flagged
+decisions, optionally a witness file and a checkpoint. ``assay monitor`` is a thin shell around it.
 """
 
 from __future__ import annotations
 
 import csv
+import heapq
 import json
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 
-from assay.errors import DataError
+from assay._validate import check_int
+from assay.errors import DataError, OptionError
+from assay.monitor.frnn import warm_up
+from assay.monitor.monitor import Monitor
 
-__all__ = ["StreamChunk", "read_stream"]
+__all__ = ["StreamChunk", "read_stream", "StreamRun", "monitor_stream"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -189,3 +198,140 @@ def _read_parquet(source, name, decision_column, drop, chunk_size):
         yield _to_chunk(name, rows, first_line, decision_index, features, names)
         first_line += len(rows)
 
+
+
+@dataclass(frozen=True, eq=False)
+class StreamRun:
+    """What monitoring a stream gave: counts, timings, and the evidence kept (see :func:`monitor_stream`).
+
+    ``to_json()`` is the summary ``assay monitor --json`` prints: every field but ``latencies``
+    and ``top_flagged``. Latencies are wall-clock seconds per decision, amortised over each batch;
+    ``latency_ms_*`` summarise them in milliseconds. ``peak_memory_mb`` is the process's peak
+    resident memory. ``interrupted`` says Ctrl-C stopped the run early (the counts cover the
+    decisions monitored until then). ``top_flagged`` holds the witness records (as in the witness
+    file, plus ``decision_value``) of the most-witnessed flagged decisions, most first.
+    """
+
+    stream: str
+    decisions: int
+    pairs: int
+    flagged: int
+    epsilon: float
+    metric: str
+    index: str
+    latency_ms_p50: float
+    latency_ms_p99: float
+    latency_ms_mean: float
+    batch_size: int
+    seconds: float
+    peak_memory_mb: float
+    interrupted: bool
+    witnesses_file: str | None
+    latencies: np.ndarray = field(repr=False)
+    top_flagged: tuple[dict, ...] = field(default=(), repr=False)
+
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("latencies", "top_flagged")}
+
+
+def _peak_memory_mb() -> float:
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1024.0 / (1024.0 if sys.platform == "darwin" else 1.0)
+
+
+def monitor_stream(source: str, epsilon: float, metric: str = "linf", *, decision_column: str = "prediction",
+                   drop: tuple[str, ...] = (), index: str = "auto", max_history: int | None = None,
+                   max_witnesses: int | None = None, batch_size: int = 256, witnesses_out=None, checkpoint=None,
+                   keep_top: int = 0, progress: Callable[[int, int], None] | None = None, stdin=None) -> StreamRun:
+    """Monitor every decision of ``source`` (see :func:`read_stream`) and summarise the run.
+
+    Args:
+        source: a CSV, Parquet (``.parquet``) or JSON-lines (``.jsonl``) path, or ``"-"`` for CSV
+            on ``stdin`` (default ``sys.stdin``).
+        epsilon, metric, index, max_history, max_witnesses: the :class:`~assay.monitor.Monitor`'s
+            options (``index`` by name).
+        decision_column, drop: which column is the decision and which are not features.
+        batch_size: decisions per :meth:`~assay.monitor.Monitor.observe_batch` call (≥ 1); latencies
+            are amortised over a batch, so 1 measures single decisions.
+        witnesses_out: a path; one JSON line per flagged decision (its witnesses and its ``line``
+            in the stream) is written there as the stream is read.
+        checkpoint: a path; the monitor's state is saved there at the end (also after Ctrl-C).
+        keep_top: keep the witness records of this many most-witnessed flagged decisions
+            (ties: the earlier decision first) in :attr:`StreamRun.top_flagged`.
+        progress: called after each batch with the batch's size and the flagged count so far.
+
+    The compiled kernels are loaded before timing starts, on a throwaway monitor. Ctrl-C stops
+    reading and returns what was monitored (``interrupted`` set). Bad input raises the
+    :class:`~assay.errors.DataError` of :func:`read_stream` or the monitor; the witness lines
+    written before it stay in ``witnesses_out``.
+    """
+    check_int(batch_size, "batch_size", "monitor_stream", minimum=1)
+    check_int(keep_top, "keep_top", "monitor_stream", minimum=0)
+    if not isinstance(index, str):  # the warm-up monitor builds its own index of the same kind
+        raise OptionError(f"the `index` option of monitor_stream must be a backend name such as 'auto' or 'grid'; got {index!r}")
+    monitor = Monitor(epsilon, metric, index=index, max_history=max_history, max_witnesses=max_witnesses,
+                      batch_size=batch_size)
+    latencies: list[np.ndarray] = []
+    interrupted = False
+    started = time.perf_counter()
+    handle = open(witnesses_out, "w", encoding="utf-8") if witnesses_out is not None else None
+    warmed = False
+    top: list = []  # a min-heap of (count, -decision, record): the most-witnessed flagged decisions
+    try:
+        for chunk in read_stream(source, decision_column, drop, chunk_size=batch_size, stdin=stdin):
+            if not warmed:  # load the compiled kernels before timing, on a throwaway monitor
+                if metric != "cosine":
+                    warm_up(metric, chunk.features.shape[1])
+                Monitor(epsilon, metric, index=index).observe_batch(chunk.features[:2], chunk.decisions[:2])
+                warmed = True
+            tic = time.perf_counter()
+            found = monitor.observe_batch(chunk.features, chunk.decisions)
+            elapsed = time.perf_counter() - tic
+            latencies.append(np.full(len(found), elapsed / max(len(found), 1)))
+            if handle is not None or keep_top:
+                for offset, witnesses in enumerate(found):
+                    if not witnesses.flagged:
+                        continue
+                    record = witnesses.to_json() | {"line": chunk.first_line + offset}
+                    if handle is not None:
+                        handle.write(json.dumps(record) + "\n")
+                    if keep_top:
+                        value = chunk.decisions[offset]
+                        record["decision_value"] = value.item() if hasattr(value, "item") else value
+                        item = (witnesses.count, -witnesses.decision, record)
+                        if len(top) < keep_top:
+                            heapq.heappush(top, item)
+                        elif item[:2] > top[0][:2]:
+                            heapq.heapreplace(top, item)
+            if progress is not None:
+                progress(len(found), monitor.stats.flagged)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        if handle is not None:
+            handle.close()
+    if checkpoint is not None:
+        monitor.save(checkpoint)
+    latency = np.concatenate(latencies) if latencies else np.zeros(0)
+    stats = monitor.stats
+    return StreamRun(
+        stream=str(source),
+        decisions=stats.decisions,
+        pairs=stats.pairs,
+        flagged=stats.flagged,
+        epsilon=epsilon,
+        metric=metric,
+        index=type(monitor.index).name if monitor.index is not None else index,
+        latency_ms_p50=float(np.percentile(latency, 50) * 1e3) if latency.size else 0.0,
+        latency_ms_p99=float(np.percentile(latency, 99) * 1e3) if latency.size else 0.0,
+        latency_ms_mean=float(latency.mean() * 1e3) if latency.size else 0.0,
+        batch_size=batch_size,
+        seconds=time.perf_counter() - started,
+        peak_memory_mb=_peak_memory_mb(),
+        interrupted=interrupted,
+        witnesses_file=None if witnesses_out is None else str(witnesses_out),
+        latencies=latency,
+        top_flagged=tuple(record for _, _, record in sorted(top, key=lambda item: item[:2], reverse=True)),
+    )

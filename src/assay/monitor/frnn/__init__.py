@@ -14,9 +14,11 @@ faiss      :class:`FaissFlatIndex`                linf, l2, l1     yes     faiss
 
 Every backend answers ``range_query`` with exactly the stored rows whose canonical float64
 distance (:mod:`assay.monitor._kernels`) is ≤ the radius, so all agree bit for bit with brute force.
+The protocol — what users, the monitor and a new backend see — is documented on :class:`FrnnIndex`.
 :func:`make_index` builds one by name; ``"auto"`` picks by metric, dimension and size
 (:func:`choose_backend`). ``brute`` and ``grid`` are *fused*: the monitor runs its whole
-query-then-insert loop for a batch (or one decision) in one compiled call.
+query-then-insert loop for a batch (:meth:`FrnnIndex.observe_rows`) or one decision
+(:meth:`FrnnIndex.observe_row`) in one compiled call.
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ BACKENDS: dict[str, type[FrnnIndex]] = {
 _TAKES_EPSILON = ("grid", "bdd", "partition")
 
 
-def choose_backend(metric: str, dim: int, epsilon: float, size: int | None = None) -> str:
-    """The backend ``index="auto"`` uses for this metric, dimension, radius and expected size.
+def choose_backend(metric: str, dim: int, size: int | None = None) -> str:
+    """The backend ``index="auto"`` uses for this metric, dimension and expected size.
 
     L∞, L1 and L2: the hash grid. It is a cost-model choice itself: while the history is small
     (or when no set of columns separates the rows, e.g. very wide rows or a radius spanning the
@@ -68,7 +70,7 @@ def choose_backend(metric: str, dim: int, epsilon: float, size: int | None = Non
 def make_index(name: str, dim: int, metric: str, epsilon: float, **options) -> FrnnIndex:
     """Build the backend ``name`` (or ``"auto"``) for rows of width ``dim`` and queries of radius ``epsilon``."""
     if name == "auto":
-        name = choose_backend(metric, dim, epsilon)
+        name = choose_backend(metric, dim)
     if name not in BACKENDS:
         listed = ", ".join(repr(n) for n in ("auto", *BACKENDS))
         raise OptionError(f"the `index` option of Monitor must be one of {listed}; got {name!r}")
@@ -94,6 +96,6 @@ def warm_up(metric: str = "linf", dim: int = 3) -> None:
         if index is None:
             continue
         ids = np.arange(8, dtype=np.int64)
-        index._observe(rows, ids, ids % 2, True, -1, False, 0.1)
-        index._observe_one(rows[0], 8, 0, False, 0.1)
+        index.observe_rows(rows, ids, ids % 2, True, -1, False, 0.1)
+        index.observe_row(rows[0], 8, 0, False, 0.1)
         index.range_query(rows[:2], 0.1)

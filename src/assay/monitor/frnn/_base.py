@@ -7,11 +7,33 @@ The protocol (faiss's, trimmed to what a monitor needs)::
     lims, distances, ids = index.range_query(Q, radius)
     # the answers of query i are distances[lims[i]:lims[i+1]], ids[lims[i]:lims[i+1]]
     index.remove(ids)
+    rows, ids = index.export()
     len(index), index.dim, index.metric
 
-Class attributes: ``metrics`` (the metrics a backend supports), ``is_exact``, ``supports_remove``.
+Class attributes: ``metrics`` (the metrics a backend supports), ``is_exact``, ``supports_remove``,
+``name`` (its key in :data:`~assay.monitor.frnn.BACKENDS`), ``fused``.
 Every exact backend returns exactly the stored rows with canonical ``d ≤ radius``
 (see :mod:`assay.monitor._kernels`): true, not squared, distances and a closed ball.
+
+**The monitor's side of the protocol.** :class:`~assay.monitor.Monitor` validates a batch once
+(float64, C-contiguous, shape (n, dim), finite, no zero rows for cosine) and then drives its index
+through methods that skip the checks:
+
+* :meth:`FrnnIndex.reserve` — room for an expected number of rows;
+* :meth:`FrnnIndex.query_pairs` — ``range_query`` as flat ``(query, id, distance)`` triples;
+* :meth:`FrnnIndex.add_rows` — ``add`` with a *tag* per row (the monitor's label code);
+* on *fused* backends (``fused = True``: ``grid``, ``brute``), the query-then-insert loop in one
+  compiled call: :meth:`FrnnIndex.observe_rows` for a batch, and the fast single-decision path
+  :meth:`FrnnIndex.observe_row` (what :meth:`Monitor.observe` costs on its hot path). Both filter
+  by tag (only rows with a different label are witnesses) and store the rows they query.
+
+**Writing a backend.** Subclass :class:`FrnnIndex`, set the class attributes and implement three
+hooks: ``_added(positions)`` (index the rows the store just received at ``positions``, a slice),
+``_candidates(queries, query_norms, radius)`` (verified ``(query, position, distance)`` triples:
+exactly the live positions with canonical ``d ≤ radius``) and ``_reindex()`` (rebuild from the live
+rows after the store was compacted). Rows, ids, tags, removal and validation come from the base
+class. A fused backend also overrides ``observe_rows`` and ``observe_row`` and sets ``fused = True``.
+``tests/monitor/test_conformance.py`` is the suite every backend must pass.
 """
 
 from __future__ import annotations
@@ -49,7 +71,7 @@ class RowStore:
     def capacity(self) -> int:
         return self.data.shape[0]
 
-    def _reserve(self, extra: int) -> None:
+    def reserve(self, extra: int) -> None:
         needed = self.size + extra
         if needed <= self.data.shape[0]:
             return
@@ -65,7 +87,7 @@ class RowStore:
     def add(self, rows: np.ndarray, ids: np.ndarray, tags: np.ndarray | None = None) -> slice:
         """Append rows; return the slice of positions they got."""
         count = rows.shape[0]
-        self._reserve(count)
+        self.reserve(count)
         start = self.size
         if count and self.ids_sorted:
             previous = self.ids[start - 1] if start else np.iinfo(np.int64).min
@@ -127,19 +149,22 @@ def assemble(count: int, query: np.ndarray, position: np.ndarray, distance: np.n
 
 
 class FrnnIndex:
-    """Base class of the exact fixed-radius near-neighbour indexes (see the module docstring).
+    """Base class of the exact fixed-radius near-neighbour indexes: the protocol, public and documented.
 
-    Subclasses implement ``_added(positions)``, ``_candidates(queries, query_norms, radius)``
-    returning verified ``(query, position, distance)`` triples, and ``_reindex()`` (rebuild from
-    the live rows after compaction). Dead rows are skipped by the kernels; the store is compacted
-    when more than half of it is dead.
+    Users call :meth:`add`, :meth:`range_query`, :meth:`remove`, :meth:`export`; the monitor also
+    :meth:`reserve`, :meth:`query_pairs`, :meth:`add_rows` and, on fused backends,
+    :meth:`observe_rows` and :meth:`observe_row` (see the module docstring). Backends implement
+    ``_added(positions)``, ``_candidates(queries, query_norms, radius)`` returning verified
+    ``(query, position, distance)`` triples, and ``_reindex()`` (rebuild from the live rows after
+    compaction). Dead rows are skipped by the kernels; the store is compacted when more than half
+    of it is dead.
     """
 
     metrics: ClassVar[tuple[str, ...]] = ("linf", "l2", "l1", "cosine")
     is_exact: ClassVar[bool] = True
     supports_remove: ClassVar[bool] = True
     name: ClassVar[str] = "base"
-    #: True when the index has a compiled query-then-insert loop (:meth:`_observe`), the monitor's fast path.
+    #: True when the index has a compiled query-then-insert loop (:meth:`observe_rows`, :meth:`observe_row`).
     fused: ClassVar[bool] = False
 
     def __init__(self, dim: int, metric: str = "linf"):
@@ -181,15 +206,19 @@ class FrnnIndex:
         return rows
 
     # -- the protocol -----------------------------------------------------------------------
-    def add(self, X, ids) -> None:
-        """Store rows ``X`` (n, dim) under int64 ``ids`` (n,)."""
+    def add(self, X, ids, tags=None) -> None:
+        """Store rows ``X`` (n, dim) under int64 ``ids`` (n,), with optional int64 ``tags`` (n,) (default 0)."""
         rows = self._rows(X, "X")
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if ids.shape[0] != rows.shape[0]:
             raise DataError(f"add got {rows.shape[0]} rows but {ids.shape[0]} ids")
+        if tags is not None:
+            tags = np.asarray(tags, dtype=np.int64).reshape(-1)
+            if tags.shape[0] != rows.shape[0]:
+                raise DataError(f"add got {rows.shape[0]} rows but {tags.shape[0]} tags")
         if rows.shape[0] == 0:
             return
-        positions = self._store.add(rows, ids)
+        positions = self._store.add(rows, ids, tags)
         self._added(positions)
 
     def range_query(self, X, radius: float):
@@ -208,8 +237,19 @@ class FrnnIndex:
         query, position, distance = self._candidates(queries, query_norms, radius)
         return assemble(count, query, position, distance, self._store.ids)
 
-    def _query_validated(self, queries: np.ndarray, radius: float):
-        """``range_query`` for rows the caller has validated: flat ``(query, id, distance)`` triples."""
+    # -- the monitor's side: validated input, no checks (see the module docstring) ----------
+    def reserve(self, count: int) -> None:
+        """Make room for ``count`` more rows without re-allocating (a hint; nothing is stored)."""
+        self._store.reserve(count)
+
+    def query_pairs(self, queries: np.ndarray, radius: float):
+        """:meth:`range_query` for validated rows, as flat triples ``(query, ids, distances)``.
+
+        ``queries`` float64 (m, dim), C-contiguous, finite (no zero rows for cosine); ``radius``
+        a finite float ≥ 0. Returns int64 query positions (0..m−1), int64 ids and float64
+        canonical distances, one entry per (query, stored row) pair with ``d ≤ radius``, grouped in
+        no particular order.
+        """
         if self._store.live == 0:
             empty = np.empty(0, dtype=np.int64)
             return empty, empty, np.empty(0)
@@ -217,20 +257,36 @@ class FrnnIndex:
         query, position, distance = self._candidates(queries, query_norms, radius)
         return query, self._store.ids[position], distance
 
-    def _add_validated(self, rows: np.ndarray, ids: np.ndarray, tags: np.ndarray | None = None) -> None:
+    def add_rows(self, rows: np.ndarray, ids: np.ndarray, tags: np.ndarray | None = None) -> None:
+        """:meth:`add` for validated rows (as for :meth:`query_pairs`), int64 ``ids`` and ``tags`` (n,)."""
         self._added(self._store.add(rows, ids, tags))
 
-    def _observe(self, rows, ids, tags, use_tags: bool, window: int, count_only: bool, radius: float):
-        """Query each row against the history and the earlier rows of the batch, then store it.
+    def observe_rows(self, rows, ids, tags, use_tags: bool, window: int, count_only: bool, radius: float):
+        """Query each row against the history and the earlier rows of the batch, then store it (fused backends only).
 
-        Only fused indexes implement this: ``(counts, ids, distances)`` with the witnesses of each
-        row (ids ascending) concatenated row after row; see ``_cells.observe_rows``.
+        Args:
+            rows: validated float64 (n, dim) rows (as for :meth:`query_pairs`), in stream order.
+            ids: int64 (n,) ids, ascending and above every stored id.
+            tags: int64 (n,) tags (label codes), stored with the rows.
+            use_tags: count only stored rows whose tag differs from the row's tag.
+            window: count only stored rows with id ≥ row id − window; −1 for no window.
+            count_only: return counts only (empty ids and distances).
+            radius: the closed-ball radius (the monitor's ε).
+
+        Returns:
+            ``(counts, ids, distances)``: int64 (n,) witness counts, and the witnesses' int64 ids
+            and float64 distances, each row's ascending by id, concatenated row after row.
         """
-        raise NotImplementedError
+        raise NotImplementedError(f"the {self.name} index has no fused loop (fused = False); use query_pairs and add_rows")
 
-    def _reserve(self, count: int) -> None:
-        """Make room for ``count`` more rows without re-allocating."""
-        self._store._reserve(count)
+    def observe_row(self, row: np.ndarray, row_id: int, tag: int, count_only: bool, radius: float):
+        """The fast single-decision path: :meth:`observe_rows` for one validated 1-D row with a tag (fused backends only).
+
+        Returns ``(count, ids, distances)``: the exact witness count, and the witnesses' int64 ids
+        (ascending) and float64 distances — both None when ``count`` is 0 or ``count_only``. The
+        arrays are fresh: the caller may keep them.
+        """
+        raise NotImplementedError(f"the {self.name} index has no fused loop (fused = False); use query_pairs and add_rows")
 
     def remove(self, ids) -> int:
         """Remove the rows with these ids (unknown ids are ignored); return how many were removed."""

@@ -75,10 +75,10 @@ class CellIndex(FrnnIndex):
         self._buckets = _cells.rebuild(store.data, store.alive, store.size, self._columns, self._widths, self._shifts,
                                        self._mults, self._table, self._next)
 
-    def _reserve(self, count: int) -> None:
+    def reserve(self, count: int) -> None:
         """Make room for ``count`` more rows in the store, the chains and the table (at most half full)."""
         store = self._store
-        store._reserve(count)
+        store.reserve(count)
         if self._next.shape[0] < store.capacity:
             bigger = np.empty(store.capacity, dtype=np.int64)
             bigger[: store.size] = self._next[: store.size]
@@ -123,14 +123,14 @@ class CellIndex(FrnnIndex):
                                  store.size, self._columns, self._widths, self._shifts, self._mults, self._table,
                                  self._next, self.scan_cost, self.probe_cost, self._lead)
 
-    def _observe(self, rows, ids, tags, use_tags: bool, window: int, count_only: bool, radius: float):
+    def observe_rows(self, rows, ids, tags, use_tags: bool, window: int, count_only: bool, radius: float):
         store = self._store
         total = rows.shape[0]
         done = 0
         parts = []
         while done < total:
             take = max(1, min(total - done, self._maybe_refit(total - done)))
-            self._reserve(take)
+            self.reserve(take)
             start = store.size
             counts, positions, distances, buckets = _cells.observe_rows(
                 rows[done : done + take], ids[done : done + take], tags[done : done + take], use_tags, window, count_only,
@@ -145,13 +145,12 @@ class CellIndex(FrnnIndex):
             return parts[0]
         return tuple(np.concatenate([part[k] for part in parts]) for k in range(3))
 
-    def _observe_one(self, row, row_id: int, tag: int, count_only: bool, radius: float):
-        """:meth:`_observe` for one validated row (1-D float64) with a label tag: ``(count, ids, distances)``."""
+    def observe_row(self, row, row_id: int, tag: int, count_only: bool, radius: float):
         store = self._store
         self._maybe_refit(1)
         if (store.size >= store.capacity or store.size >= self._next.shape[0]
                 or (self._columns.size and 2 * (self._buckets + 1) > self._table.shape[0])):
-            self._reserve(1)
+            self.reserve(1)
         self._one_id[0] = row_id
         self._one_tag[0] = tag
         start = store.size
