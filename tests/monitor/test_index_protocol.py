@@ -46,16 +46,15 @@ def test_no_module_outside_the_monitor_imports_private_frnn_modules():
     assert offenders == []
 
 
-def stream(rng, n=60, d=3):
-    X = rng.integers(0, 4, (n, d)) / 4.0
+def stream(rng, metric, n=60, d=3):
+    """Rows on a coarse grid (many ties at the radius) and label tags; no zero rows for cosine."""
+    X = rng.integers(0, 4, (n, d)) / 4.0 + (0.25 if metric == "cosine" else 0.0)
     return np.ascontiguousarray(X), rng.integers(0, 3, n).astype(np.int64)
 
 
 @pytest.mark.parametrize("backend,metric", CASES)
 def test_query_pairs_and_add_rows_equal_range_query_and_add(backend, metric, rng):
-    X, tags = stream(rng)
-    if metric == "cosine":
-        X = X + 0.25
+    X, tags = stream(rng, metric)
     ids = np.arange(10, 10 + len(X), dtype=np.int64)
     checked, trusted = small_index(backend, X.shape[1], metric, 0.3), small_index(backend, X.shape[1], metric, 0.3)
     trusted.reserve(1000)
@@ -83,9 +82,7 @@ FUSED = [case for case in CASES if BACKENDS[case.values[0]].fused]
 @pytest.mark.parametrize("backend,metric", FUSED)
 @pytest.mark.parametrize("count_only", [False, True])
 def test_fused_loops_equal_the_oracle(backend, metric, count_only, rng):
-    X, tags = stream(rng)
-    if metric == "cosine":
-        X = X + 0.25
+    X, tags = stream(rng, metric)
     expected = oracle_witnesses(X, tags, 0.3, metric)
     ids = np.arange(len(X), dtype=np.int64)
     batch = make_index(backend, X.shape[1], metric, 0.3)
@@ -110,9 +107,7 @@ def test_fused_loops_equal_the_oracle(backend, metric, count_only, rng):
 
 @pytest.mark.parametrize("backend,metric", FUSED)
 def test_fused_window_and_untagged(backend, metric, rng):
-    X, tags = stream(rng)
-    if metric == "cosine":
-        X = X + 0.25
+    X, tags = stream(rng, metric)
     ids = np.arange(len(X), dtype=np.int64)
     counts, _, _ = make_index(backend, X.shape[1], metric, 0.3).observe_rows(X, ids, tags, False, 5, False, 0.3)
     # Untagged: every close row of the window counts, as if every decision had its own label.
