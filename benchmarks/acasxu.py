@@ -121,7 +121,7 @@ def main(argv=None) -> int:
         result = verify_vnnlib(network, prop, timeout=timeout, rng=np.random.default_rng(0))
         ours_seconds = time.perf_counter() - started
         record = {"network": row["network"], "property": row["property"], "timeout": timeout,
-                  "assay": result.status.value, "assay_seconds": ours_seconds, "assay_domains": result.stats["domains"]}
+                  "assay": result.status.value, "assay_seconds": ours_seconds, "assay_domains": result.stats.domains}
         if id(row) in marabou_set:
             verdict, seconds = run_marabou(onnx_path, prop, timeout)
             record.update({"marabou": verdict, "marabou_seconds": seconds})

@@ -77,7 +77,7 @@ def test_verify_undecided_exits_20(invoke, tiny, monkeypatch, status, code):
     from assay.verify import VerificationResult, VerificationStatus
 
     monkeypatch.setattr(assay.verify, "verify_vnnlib",
-                        lambda network, prop, **options: VerificationResult(VerificationStatus(status), None, {}))
+                        lambda network, prop, **options: VerificationResult(VerificationStatus(status), None))
     result = invoke("verify", tiny["model"], tiny["holds"])
     assert result.exit_code == code
     assert result.stdout.startswith(status)

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from assay.verify import VerificationStatus, verify
-from assay.verify.leaf_lp import REFUTED, VIOLATED, decide_leaf
+from assay.verify.leaf_lp import HOLDS as REFUTED
+from assay.verify.leaf_lp import VIOLATED, decide_leaf
 from assay.verify.marabou import solve_network
 from assay.verify.problem import from_unsafe
 from tests.requirements import require
@@ -104,7 +105,7 @@ def test_relu_splitting_decides_small_networks_to_the_leaves_and_agrees_with_mar
     assert ours.status in (VerificationStatus.HOLDS, VerificationStatus.VIOLATED), ours.stats
     assert (ours.status is VerificationStatus.VIOLATED) == (theirs == "sat")
     if seed == 1:  # this instance holds only after splitting down to leaves: the LP path is exercised
-        assert ours.stats["leaf_lps"] > 0, ours.stats
+        assert ours.stats.leaf_lps > 0, ours.stats
     if ours.status is VerificationStatus.VIOLATED:
         x = ours.counterexample.input.reshape(1, 3)
         assert ((x >= -1) & (x <= 1)).all()

@@ -77,7 +77,7 @@ def test_relu_splitting_verdicts_agree_with_marabou(seed):
     d = np.array([-threshold])
     ours = verify(network, box(n, radius), unsafe=unsafe_region(C, d), timeout=60, strategy="relu")
     theirs, _, _ = solve_network(network, -radius * np.ones(n), radius * np.ones(n), C, d, timeout=60)
-    assert ours.stats["strategy"] == "relu"
+    assert ours.stats.strategy == "relu"
     assert ours.status in (VerificationStatus.HOLDS, VerificationStatus.VIOLATED), ours
     assert theirs in ("sat", "unsat"), theirs
     assert (ours.status is VerificationStatus.VIOLATED) == (theirs == "sat")
@@ -167,7 +167,7 @@ def test_a_search_past_its_deadline_returns_timeout_on_time(strategy, instance, 
     wall = time.monotonic() - started
     assert result.status is VerificationStatus.TIMEOUT, result.stats
     assert wall <= timeout + 1.0, (wall, result.stats)
-    assert result.stats["seconds"] <= wall
+    assert result.stats.seconds <= wall
 
 
 def test_bad_requests_raise_clear_errors():
@@ -194,7 +194,7 @@ def test_options_are_one_frozen_value_with_overrides():
     assert VerifyOptions().strategy_for(5) == "input" and VerifyOptions().strategy_for(784) == "relu"
     network = random_network(7, widths=(2, 8, 2))
     result = verify(network, box(2), unsafe=unsafe_region([[1.0, -1.0]], [100.0]), options=options, strategy="relu")
-    assert result.status is VerificationStatus.VIOLATED and result.stats["strategy"] == "relu"
+    assert result.status is VerificationStatus.VIOLATED and result.stats.strategy == "relu"
 
 
 @pytest.mark.data

@@ -129,7 +129,7 @@ def _verify_and_report(network, prop, model, property_file, timeout, method, jso
     else:
         out = console()
         stats = result.stats
-        out.print(f"{status}  ({seconds:.2f} s, {stats.get('domains', 0):,} domains, {stats.get('bound_calls', 0):,} "
+        out.print(f"{status}  ({seconds:.2f} s, {stats.domains:,} domains, {stats.bound_calls:,} "
                   f"bound calls)")
         if result.counterexample is not None:
             example = result.counterexample

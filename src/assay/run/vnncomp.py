@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from assay.errors import AssayError, DataError
+from assay.verify.result import VerificationStatus
 
 __all__ = [
     "Instance",
@@ -31,7 +32,7 @@ __all__ = [
     "RESULT_COLUMNS",
 ]
 
-STATUSES = ("holds", "violated", "unknown", "timeout", "error")
+STATUSES = tuple(status.value for status in VerificationStatus)
 RESULT_COLUMNS = ("network", "property", "timeout", "status", "seconds", "verify_seconds", "counterexample", "error")
 
 
@@ -100,7 +101,7 @@ def verify_instance(instance: Instance, method: str = "alpha") -> dict:
     """
     started = time.perf_counter()
     row = {"network": instance.network, "property": instance.property, "timeout": instance.timeout,
-           "status": "error", "seconds": 0.0, "verify_seconds": 0.0, "counterexample": None, "error": None}
+           "status": VerificationStatus.ERROR.value, "seconds": 0.0, "verify_seconds": 0.0, "counterexample": None, "error": None}
     try:
         from assay.nn import load
         from assay.sets import read_vnnlib
@@ -113,7 +114,7 @@ def verify_instance(instance: Instance, method: str = "alpha") -> dict:
         row["error"] = str(exc)
     else:
         row["status"] = result.status.value
-        row["verify_seconds"] = float(result.stats.get("seconds", 0.0))
+        row["verify_seconds"] = result.stats.seconds
         if result.counterexample is not None:
             row["counterexample"] = result.counterexample.to_json()
     row["seconds"] = time.perf_counter() - started

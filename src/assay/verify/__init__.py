@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["verify", "verify_vnnlib", "VerifyOptions", "VerificationResult", "VerificationStatus", "Counterexample"]
+__all__ = ["verify", "verify_vnnlib", "VerifyOptions", "VerificationResult", "VerificationStatus", "VerificationStats",
+           "Counterexample"]
 
 _HOMES = {
     "verify": "assay.verify.api",
@@ -16,6 +17,7 @@ _HOMES = {
     "VerifyOptions": "assay.verify.options",
     "VerificationResult": "assay.verify.result",
     "VerificationStatus": "assay.verify.result",
+    "VerificationStats": "assay.verify.result",
     "Counterexample": "assay.verify.result",
 }
 

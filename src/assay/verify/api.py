@@ -15,7 +15,7 @@ from assay.verify.input_split import root_branch as input_root
 from assay.verify.options import INPUT_SPLIT_MAX_INPUTS, VerifyOptions
 from assay.verify.problem import UnsafeQuery, from_required, from_unsafe
 from assay.verify.relu_split import conjunction_searches
-from assay.verify.result import Counterexample, VerificationResult, VerificationStatus
+from assay.verify.result import Counterexample, VerificationResult, VerificationStats, VerificationStatus
 from assay.verify.search import SearchState, SearchStats, branch_and_bound
 
 __all__ = ["verify", "verify_vnnlib", "VerifyOptions", "INPUT_SPLIT_MAX_INPUTS"]
@@ -83,9 +83,9 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
         counterexample = None
         if found is not None:
             counterexample = Counterexample(found[0].reshape(network.input_shape), found[1], query_index)
-        return VerificationResult(status, counterexample, {
-            **stats.to_json(), "queries": len(queries), "strategy": strategy, "seconds": time.monotonic() - started,
-        }, tuple(searches))
+        return VerificationResult(status, counterexample, VerificationStats(
+            **stats.to_json(), queries=len(queries), strategy=strategy, seconds=time.monotonic() - started,
+        ), tuple(searches))
 
     if strategy == "input":
         # Sound bounds on the whole box settle easy queries at a fraction of the attack's cost;

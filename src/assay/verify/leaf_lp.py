@@ -32,10 +32,11 @@ from assay.bounds import affine_forms, pattern_lower_bound
 from assay.nn.network import Network
 from assay.verify.attack import confirm
 from assay.verify.problem import UnsafeQuery
+from assay.verify.result import VerificationStatus
 
-REFUTED = "refuted"
-VIOLATED = "violated"
-UNKNOWN = "unknown"
+# A leaf's verdict in the verifier's own vocabulary: HOLDS (refuted: no violation on the leaf),
+# VIOLATED (with a re-checked point) or UNKNOWN.
+HOLDS, VIOLATED, UNKNOWN = VerificationStatus.HOLDS, VerificationStatus.VIOLATED, VerificationStatus.UNKNOWN
 
 
 def is_leaf(lower: list[torch.Tensor], upper: list[torch.Tensor]) -> torch.Tensor:
@@ -61,7 +62,8 @@ def decide_leaf(
             the split constraints already applied (as returned by ``compute_bounds``).
 
     Returns:
-        (REFUTED, None), (VIOLATED, (x, y)) with x re-checked by a forward pass, or (UNKNOWN, None).
+        (HOLDS, None) when the leaf is refuted, (VIOLATED, (x, y)) with x re-checked by a forward
+        pass, or (UNKNOWN, None).
     """
     signs = [torch.where(l >= 0, 1.0, -1.0).to(torch.float64) for l in lower]  # +1 active, −1 inactive
     if not is_leaf([l.unsqueeze(0) for l in lower], [u.unsqueeze(0) for u in upper]):
@@ -94,7 +96,7 @@ def decide_leaf(
     weights = torch.as_tensor(duals[: C.shape[0]])
     multipliers = duals[C.shape[0]:]
     if _certified_negative(network, query, C, d, weights, multipliers, signs, lower, upper):
-        return REFUTED, None
+        return HOLDS, None
     return UNKNOWN, None
 
 

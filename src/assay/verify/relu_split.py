@@ -32,7 +32,7 @@ from assay.bounds import AlphaCrownOptions, BetaCrownOptions, IntermediateBounds
 from assay.nn.network import Network
 from assay.verify.attack import confirm, pgd
 from assay.verify.deadline import Deadline
-from assay.verify.leaf_lp import REFUTED, VIOLATED, decide_leaf, is_leaf
+from assay.verify.leaf_lp import HOLDS, VIOLATED, decide_leaf, is_leaf
 from assay.verify.problem import UnsafeQuery
 from assay.verify.search import BoundedBranches, Branches, LeafDecision, SearchState, SearchStats
 
@@ -112,9 +112,9 @@ class ReluSplitting:
             verdict, found = decide_leaf(self.network, self.query, self.C, self.d,
                                          [t[index] for t in intermediate.lower], [t[index] for t in intermediate.upper])
             stats.leaf_lps += 1
-            if verdict == VIOLATED:
+            if verdict is VIOLATED:
                 return LeafDecision(decided, found=found)
-            if verdict != REFUTED:
+            if verdict is not HOLDS:
                 return LeafDecision(decided, undecidable=True)
             decided[index] = True
         return LeafDecision(decided)

@@ -3,24 +3,48 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # this module stays free of torch: the command line reads the statuses
+    import torch
 
-if TYPE_CHECKING:
     from assay.verify.search import SearchState
 
-__all__ = ["VerificationStatus", "Counterexample", "VerificationResult"]
+__all__ = ["VerificationStatus", "Counterexample", "VerificationResult", "VerificationStats"]
 
 
 class VerificationStatus(str, enum.Enum):
-    """The verdict. VIOLATED always carries a counterexample re-checked by a plain forward pass."""
+    """The verdict. VIOLATED always carries a counterexample re-checked by a plain forward pass.
+
+    ERROR is never returned by :func:`~assay.verify.verify` (which raises an
+    :class:`~assay.errors.AssayError` for bad input); batch runs report it for an instance whose
+    files could not be read, while the other instances still run.
+    """
 
     HOLDS = "holds"
     VIOLATED = "violated"
     UNKNOWN = "unknown"
     TIMEOUT = "timeout"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class VerificationStats:
+    """What a verification run did: branches bounded, bound calls, the largest number of pending
+    branches, counterexample searches, leaf LPs, queries, the strategy used and wall seconds."""
+
+    domains: int = 0
+    bound_calls: int = 0
+    max_pending: int = 0
+    attacks: int = 0
+    leaf_lps: int = 0
+    queries: int = 0
+    strategy: str = ""
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return asdict(self)
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,7 +74,7 @@ class VerificationResult:
 
     status: VerificationStatus
     counterexample: Counterexample | None = None
-    stats: dict = field(default_factory=dict)
+    stats: VerificationStats = field(default_factory=VerificationStats)
     searches: tuple[SearchState, ...] = ()
 
     def __post_init__(self):
@@ -61,6 +85,6 @@ class VerificationResult:
         return {
             "status": self.status.value,
             "counterexample": None if self.counterexample is None else self.counterexample.to_json(),
-            "stats": dict(self.stats),
+            "stats": self.stats.to_json(),
             "searches": [state.to_json() for state in self.searches],
         }
