@@ -67,7 +67,8 @@ def main(argv=None) -> int:
                 for method in METHODS:
                     result = compute_bounds(network, domains, method=method, dtype=dtype)
                     seconds, times = median_seconds(
-                        lambda: compute_bounds(network, domains, method=method, dtype=dtype), args.repeats
+                        lambda network=network, domains=domains, method=method, dtype=dtype: compute_bounds(
+                            network, domains, method=method, dtype=dtype), args.repeats
                     )
                     width = (result.upper - result.lower).mean().item()
                     records.append({"network": path.name, "dtype": dtype, "domains": batch, "method": method,

@@ -132,7 +132,7 @@ def tables(results: dict, truths: dict) -> str:
     header = ["data", "n", "mode", "certified % (ours)", "published", "falsified", "unknown", "method",
               "ms / input (median)", "ms / input (mean)", "ms / input (amortised)", "setup s"]
     rows = []
-    for key, row in results.items():
+    for row in results.values():
         for mode in MODES:
             m = row["modes"][mode]
             published = row["published_certified_percent"][mode]

@@ -95,7 +95,7 @@ def sampled_relu_inputs(network, x):
     n, batch = x.shape[:2]
     h = x.reshape(n * batch, *network.input_shape)
     values = []
-    for index, layer in enumerate(network.layers):
+    for index in range(len(network.layers)):
         if index in network.relu_indices:
             values.append(h.reshape(n, batch, -1))
         h = network.apply_layer(index, h)

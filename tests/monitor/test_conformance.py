@@ -11,7 +11,6 @@ from assay.monitor import BACKENDS, Monitor, make_index
 from tests.monitor.oracle import brute_range, oracle_witnesses
 from tests.monitor.strategies import streams
 
-
 # The packages of the optional backends (the `monitor` extra, part of the test extras): a missing
 # one fails these tests in CI and skips them elsewhere (tests/requirements.py).
 BACKEND_PACKAGES = {"faiss": "faiss", "bdd": "dd"}

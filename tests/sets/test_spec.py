@@ -8,7 +8,14 @@ import torch
 
 from assay.errors import DataError, SpecError
 from assay.sets import (
-    HalfSpaces, OutputSpec, all_of, any_of, argmax_is, negation_closure, output_at_least, targeted_robustness,
+    HalfSpaces,
+    OutputSpec,
+    all_of,
+    any_of,
+    argmax_is,
+    negation_closure,
+    output_at_least,
+    targeted_robustness,
     untargeted_robustness,
 )
 

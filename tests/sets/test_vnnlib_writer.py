@@ -9,7 +9,14 @@ from hypothesis import strategies as st
 
 from assay.errors import SpecError
 from assay.sets import (
-    Box, CounterexampleQuery, HalfSpaces, OutputSpec, any_of, argmax_is, read_vnnlib, write_vnnlib,
+    Box,
+    CounterexampleQuery,
+    HalfSpaces,
+    OutputSpec,
+    any_of,
+    argmax_is,
+    read_vnnlib,
+    write_vnnlib,
 )
 
 

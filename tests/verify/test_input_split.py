@@ -51,11 +51,10 @@ def test_clipping_never_cuts_away_a_point_that_could_violate():
 def test_alpha_pass_bounds_hold_at_sampled_points_and_are_never_looser_than_crown():
     """The α-CROWN pass on boxes CROWN leaves open: its row bounds, linear bounds and conjunction
     bounds hold at sampled points of every box, and never exceed CROWN's."""
-    from tests.verify.test_verify import random_network
-
     from assay.verify.input_split import _bound_boxes
-    from assay.verify.search import SearchStats
     from assay.verify.problem import from_unsafe
+    from assay.verify.search import SearchStats
+    from tests.verify.test_verify import random_network
 
     network = random_network(3, widths=(3, 16, 16, 16, 3))
     rng = np.random.default_rng(1)
@@ -88,15 +87,14 @@ def test_alpha_pass_bounds_hold_at_sampled_points_and_are_never_looser_than_crow
 def test_root_refutation_is_never_contradicted_by_sampling_and_skips_the_search():
     """A query refuted by bounds over its whole box has no sampled violating point, and the
     verifier then answers HOLDS without searching; queries left open are still searched."""
-    from tests.verify.test_verify import random_network, unsafe_region
-
     from assay.bounds import compute_bounds
     from assay.sets import Box
     from assay.verify import verify
     from assay.verify.deadline import Deadline
     from assay.verify.input_split import InputSplitting, bound_root, root_branch
-    from assay.verify.search import SearchStats, branch_and_bound
     from assay.verify.problem import from_unsafe
+    from assay.verify.search import SearchStats, branch_and_bound
+    from tests.verify.test_verify import random_network, unsafe_region
 
     network = random_network(4, widths=(3, 12, 12, 2))
     rng = np.random.default_rng(4)

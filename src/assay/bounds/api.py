@@ -8,12 +8,12 @@ from collections.abc import Sequence
 import torch
 
 from assay._validate import check_choice
-from assay.bounds.plan import Plan, ReluStage, plan_for, unit_roundoff
 from assay.bounds.crown import Backward, backsubstitute, concretize
 from assay.bounds.forward import MAX_FORWARD_INPUTS, forward_bounds
 from assay.bounds.ibp import center_radius, interval_pass
 from assay.bounds.optimize import Objective, optimize_bounds
 from assay.bounds.options import AlphaCrownOptions, BetaCrownOptions
+from assay.bounds.plan import Plan, plan_for, unit_roundoff
 from assay.bounds.result import BoundsResult, IntermediateBounds, LinearBounds
 from assay.errors import DataError, OptionError, SpecError
 from assay.nn.network import Network, resolve_dtype

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from assay.bounds.plan import AffineStage, Plan, ReluStage, rounding_factor
-from assay.bounds.ibp import magnitude, perturbation_radius
+from assay.bounds.ibp import perturbation_radius
+from assay.bounds.plan import Plan, ReluStage, rounding_factor
 from assay.bounds.relaxation import ReluRelaxation, relax_relu
 
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import torch
 
-from assay.bounds.plan import Plan
 from assay.bounds.crown import Backward, backsubstitute, concretize
+from assay.bounds.plan import Plan
 from assay.bounds.relaxation import relax_relu
 from assay.bounds.result import LinearBounds
 

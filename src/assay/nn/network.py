@@ -121,7 +121,7 @@ class Network:
                 f"got {tuple(x.shape)}"
             )
         with torch.no_grad():
-            for index, layer in enumerate(self.layers):
+            for index in range(len(self.layers)):
                 x = self.apply_layer(index, x)
         return x[0] if unbatched else x
 

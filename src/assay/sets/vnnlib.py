@@ -286,7 +286,7 @@ class _Reader:
             raise self.error(offset, f"({name} a b) compares at least two terms, got {len(args)}")
         terms = [self.term(a) for a in args]
         atoms = []
-        for (left, left_node), (right, right_node) in zip(zip(terms, args), zip(terms[1:], args[1:])):
+        for (left, left_node), right in zip(zip(terms, args), terms[1:]):
             anchor = left_node[1] if isinstance(left_node, tuple) else left_node[0]
             if name in (">=", ">", "="):
                 atom = self.atom(_difference(left, right), anchor)
