@@ -20,12 +20,13 @@ from dataclasses import asdict, dataclass
 import torch
 
 from assay._validate import check_choice, check_float, check_int
+from assay.bounds.methods import method_names
 from assay.errors import OptionError
 
 __all__ = ["run_demo", "DemoResult", "DemoRow", "DEFAULT_EPSILONS"]
 
 DEFAULT_EPSILONS = (0.01, 0.03, 0.05, 0.1)
-_METHODS = ("ibp", "crown", "alpha", "beta")
+_METHODS = method_names()
 
 
 @dataclass(frozen=True)

@@ -3,26 +3,28 @@
 The front door is :func:`compute_bounds`. Analyses that need the engine's steps or its shared
 walks use the public functions exported here, never the modules' private names:
 
+* the methods: :data:`METHODS`, the registry of :class:`BoundMethod` (name, options, ReLU
+  relaxation), which every method list of assay reads;
 * the lowered network: :func:`plan_for` → :class:`Plan` (affine and ReLU stages);
 * the steps: :func:`interval_pass` (IBP), :func:`relax_relu`, :func:`backsubstitute` and
   :func:`concretize` (CROWN), :func:`optimize_bounds` (α/β-CROWN);
 * the shared walks (:mod:`assay.bounds.walks`): :func:`gradient_bounds`, :func:`affine_forms`,
   :func:`pattern_lower_bound`.
+
+Names are loaded on first use: the method registry (:mod:`assay.bounds.methods`) can be read
+without loading torch.
 """
 
-from assay.bounds.api import METHODS, compute_bounds
-from assay.bounds.crown import backsubstitute, concretize
-from assay.bounds.ibp import center_radius, interval_pass
-from assay.bounds.optimize import optimize_bounds
-from assay.bounds.options import AlphaCrownOptions, BetaCrownOptions
-from assay.bounds.plan import Plan, plan_for
-from assay.bounds.relaxation import relax_relu
-from assay.bounds.result import BoundsResult, IntermediateBounds, LinearBounds
-from assay.bounds.walks import GradientBounds, affine_forms, gradient_bounds, pattern_lower_bound
+from __future__ import annotations
+
+import importlib
 
 __all__ = [
     "compute_bounds",
     "METHODS",
+    "BoundMethod",
+    "bound_method",
+    "method_names",
     "BoundsResult",
     "LinearBounds",
     "IntermediateBounds",
@@ -41,3 +43,40 @@ __all__ = [
     "affine_forms",
     "pattern_lower_bound",
 ]
+
+_HOMES = {
+    "compute_bounds": "assay.bounds.api",
+    "METHODS": "assay.bounds.methods",
+    "BoundMethod": "assay.bounds.methods",
+    "bound_method": "assay.bounds.methods",
+    "method_names": "assay.bounds.methods",
+    "BoundsResult": "assay.bounds.result",
+    "LinearBounds": "assay.bounds.result",
+    "IntermediateBounds": "assay.bounds.result",
+    "AlphaCrownOptions": "assay.bounds.options",
+    "BetaCrownOptions": "assay.bounds.options",
+    "Plan": "assay.bounds.plan",
+    "plan_for": "assay.bounds.plan",
+    "interval_pass": "assay.bounds.ibp",
+    "center_radius": "assay.bounds.ibp",
+    "relax_relu": "assay.bounds.relaxation",
+    "backsubstitute": "assay.bounds.crown",
+    "concretize": "assay.bounds.crown",
+    "optimize_bounds": "assay.bounds.optimize",
+    "GradientBounds": "assay.bounds.walks",
+    "gradient_bounds": "assay.bounds.walks",
+    "affine_forms": "assay.bounds.walks",
+    "pattern_lower_bound": "assay.bounds.walks",
+}
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        value = getattr(importlib.import_module(_HOMES[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'assay.bounds' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -11,6 +11,7 @@ from assay._validate import check_choice
 from assay.bounds.crown import Backward, backsubstitute, concretize
 from assay.bounds.forward import MAX_FORWARD_INPUTS, forward_bounds
 from assay.bounds.ibp import center_radius, interval_pass
+from assay.bounds.methods import METHODS, bound_method
 from assay.bounds.optimize import Objective, optimize_bounds
 from assay.bounds.options import AlphaCrownOptions, BetaCrownOptions
 from assay.bounds.plan import Plan, plan_for, unit_roundoff
@@ -18,7 +19,6 @@ from assay.bounds.result import BoundsResult, IntermediateBounds, LinearBounds
 from assay.errors import DataError, OptionError, SpecError
 from assay.nn.network import Network, resolve_dtype
 
-METHODS = ("ibp", "crown", "alpha", "beta")
 # Rows × input elements bounded in one backward pass for intermediate layers (memory cap).
 _ROW_CHUNK_ELEMENTS = 1 << 24
 # Intermediate CROWN groups domains by their number of unstable neurons: about this many groups,
@@ -92,11 +92,12 @@ def compute_bounds(
     returned: floating-point rounding is bounded and subtracted (see :mod:`assay.bounds.crown`).
     """
     started = time.perf_counter()
-    check_choice(method, "method", "compute_bounds", METHODS)
+    spec_of_method = bound_method(method)
     check_choice(sides, "sides", "compute_bounds", ("both", "lower", "upper"))
     check_choice(intermediate_method, "intermediate_method", "compute_bounds", ("crown", "forward"))
-    if return_linear and method == "ibp":
-        raise OptionError("return_linear needs a CROWN-family method ('crown', 'alpha' or 'beta'); IBP has no linear bounds")
+    if return_linear and not spec_of_method.linear:
+        linear = ", ".join(repr(m.name) for m in METHODS.values() if m.linear)
+        raise OptionError(f"return_linear needs a method with linear bounds ({linear}); {method!r} has none")
     torch_dtype = resolve_dtype(dtype)
     plan = plan_for(network, torch_dtype)
     lower, upper = _input_bounds(network, input_set, torch_dtype)
@@ -104,8 +105,9 @@ def compute_bounds(
     C, d = _spec_rows(network, spec, batch, torch_dtype)
     deltas = _resolve_deltas(plan, weight_perturbation)
     split_signs = _resolve_splits(plan, splits, batch)
-    options = _resolve_options(method, options)
-    if objective is not None and method not in ("alpha", "beta"):
+    options = spec_of_method.resolve_options(options)
+    relax = spec_of_method.relax()
+    if objective is not None and not spec_of_method.optimised:
         raise OptionError("an `objective` is only used by the optimised methods 'alpha' and 'beta'")
 
     with torch.no_grad():
@@ -131,7 +133,7 @@ def compute_bounds(
         bounds = interval_pass(plan, lower, upper, deltas, clamp)
         center, radius = center_radius(lower, upper)
         stats = {"domains": batch, "rows": C.shape[1], "method": method}
-        if method != "ibp" and (intermediate is None or refine_intermediate) and intermediate_method == "forward":
+        if spec_of_method.linear and (intermediate is None or refine_intermediate) and intermediate_method == "forward":
             if deltas:
                 raise OptionError("intermediate_method='forward' does not support weight_perturbation; use 'crown'")
             if network.input_size > MAX_FORWARD_INPUTS:
@@ -146,15 +148,15 @@ def compute_bounds(
 
             known.update(forward_bounds(plan, lower, upper, clamp_with_interval))
             bounds = interval_pass(plan, lower, upper, deltas, clamp)
-        elif method != "ibp" and (intermediate is None or refine_intermediate):
+        elif spec_of_method.linear and (intermediate is None or refine_intermediate):
             for position in plan.relu_positions:
-                tightened = _crown_layer_bounds(plan, position, bounds, deltas, center, radius)
+                tightened = _crown_layer_bounds(plan, position, bounds, deltas, center, radius, relax)
                 known[position] = tightened
                 bounds = interval_pass(plan, lower, upper, deltas, clamp)
 
     rows_lower, rows_upper = _sided_rows(C, d, sides)
     linear = None
-    if method == "ibp":
+    if not spec_of_method.linear:
         out_lower, out_upper = bounds[-1]
         lo, hi = _interval_rows(C, d, out_lower, out_upper)
         result_lower = lo if sides != "upper" else torch.full_like(lo, -torch.inf)
@@ -173,9 +175,9 @@ def compute_bounds(
                 -offset[:, n_lower:] if rows_upper is not None else None,
             )
 
-        if method == "crown":
+        if not spec_of_method.optimised:
             with torch.no_grad():
-                back = backsubstitute(plan, len(plan.stages), stacked_C, stacked_d, bounds, deltas)
+                back = backsubstitute(plan, len(plan.stages), stacked_C, stacked_d, bounds, deltas, relax=relax)
                 best, margin = concretize(plan, back, center, radius)
             iterations = 0
         else:
@@ -188,7 +190,7 @@ def compute_bounds(
                 plan, stacked_C, stacked_d, bounds, center, radius,
                 deltas=deltas, split_signs=signs_for_beta, iterations=options.iterations,
                 lr_alpha=lr_alpha, lr_beta=lr_beta, lr_decay=options.lr_decay,
-                objective=objective, to_linear=to_linear, deadline=deadline,
+                objective=objective, to_linear=to_linear, deadline=deadline, relax=relax,
             )
         stats["iterations"] = iterations
         with torch.no_grad():
@@ -209,7 +211,7 @@ def compute_bounds(
     stats["infeasible_domains"] = int(infeasible.sum())
     stats["seconds"] = time.perf_counter() - started
     intermediate_out = None
-    if method != "ibp" or plan.relu_positions:
+    if spec_of_method.linear or plan.relu_positions:
         intermediate_out = IntermediateBounds(
             tuple(bounds[p][0] for p in plan.relu_positions), tuple(bounds[p][1] for p in plan.relu_positions)
         )
@@ -217,7 +219,7 @@ def compute_bounds(
 
 
 # ---------------------------------------------------------------------------- helpers
-def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radius):
+def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radius, relax):
     """CROWN bounds of the input of ReLU stage ``position``, only for neurons not yet stable.
 
     Stable neurons are relaxed exactly whatever their bounds, so only the unstable ones of each
@@ -227,7 +229,7 @@ def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radiu
     lower, upper = bounds[position]
     batch = lower.shape[0]
     if batch <= _MIN_GROUP:
-        return _crown_layer_bounds_padded(plan, position, bounds, deltas, center, radius)
+        return _crown_layer_bounds_padded(plan, position, bounds, deltas, center, radius, relax)
     counts = ((lower < 0) & (upper > 0)).reshape(batch, -1).sum(1)
     order = counts.argsort()
     new_lower, new_upper = lower.clone(), upper.clone()
@@ -237,12 +239,13 @@ def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radiu
         if int(counts[members].max()) == 0:
             continue
         sub_bounds = [(l[members], u[members]) for l, u in bounds[:position + 1]]
-        low, high = _crown_layer_bounds_padded(plan, position, sub_bounds, deltas, center[members], radius[members])
+        low, high = _crown_layer_bounds_padded(plan, position, sub_bounds, deltas, center[members], radius[members],
+                                               relax)
         new_lower[members], new_upper[members] = low, high
     return new_lower, new_upper
 
 
-def _crown_layer_bounds_padded(plan: Plan, position: int, bounds, deltas, center, radius):
+def _crown_layer_bounds_padded(plan: Plan, position: int, bounds, deltas, center, radius, relax):
     """:func:`_crown_layer_bounds` for one group of domains (every row padded to the group's max)."""
     lower, upper = bounds[position]
     batch = lower.shape[0]
@@ -265,7 +268,7 @@ def _crown_layer_bounds_padded(plan: Plan, position: int, bounds, deltas, center
         rows[:, m:].scatter_(2, neurons.unsqueeze(-1), -1.0)
         C = rows.reshape(batch, 2 * m, *lower.shape[1:])
         d = torch.zeros(batch, 2 * m, dtype=lower.dtype)
-        back = backsubstitute(plan, position, C, d, bounds, deltas)
+        back = backsubstitute(plan, position, C, d, bounds, deltas, relax=relax)
         value, _ = concretize(plan, back, center, radius)
         new_lower = torch.maximum(torch.gather(flat_lower, 1, neurons), value[:, :m])
         new_upper = torch.minimum(torch.gather(flat_upper, 1, neurons), -value[:, m:])
@@ -404,20 +407,6 @@ def _resolve_splits(plan: Plan, splits, batch: int) -> dict[int, torch.Tensor]:
         # Internally the sign of the Lagrangian term: +1 for z ≤ 0 splits, −1 for z ≥ 0 splits.
         signs[position] = (-split).to(plan.dtype)
     return signs
-
-
-def _resolve_options(method: str, options):
-    if method == "alpha":
-        options = options or AlphaCrownOptions()
-        if not isinstance(options, AlphaCrownOptions):
-            raise OptionError(f"method 'alpha' takes AlphaCrownOptions; got {type(options).__name__}")
-    elif method == "beta":
-        options = options or BetaCrownOptions()
-        if not isinstance(options, BetaCrownOptions):
-            raise OptionError(f"method 'beta' takes BetaCrownOptions; got {type(options).__name__}")
-    elif options is not None:
-        raise OptionError(f"method {method!r} takes no options; got {type(options).__name__}")
-    return options
 
 
 def _check_intermediate(plan: Plan, intermediate: IntermediateBounds, batch: int):

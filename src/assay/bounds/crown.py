@@ -52,6 +52,7 @@ def backsubstitute(
     slopes: dict[int, torch.Tensor] | None = None,
     betas: dict[int, torch.Tensor] | None = None,
     relaxations: dict[int, ReluRelaxation] | None = None,
+    relax=relax_relu,
 ) -> Backward:
     """Lower linear bound of ``C · (input of stage target) + d`` in terms of the network input.
 
@@ -67,6 +68,7 @@ def backsubstitute(
         betas: per ReLU position, signed split multipliers (B, S, *shape): +β on neurons split
             inactive (z ≤ 0), −β on neurons split active (z ≥ 0), 0 elsewhere.
         relaxations: per ReLU position, the relaxation of ``bounds`` if already computed.
+        relax: the ReLU relaxation for the others (default CROWN's, :func:`relax_relu`).
     """
     deltas = deltas or {}
     slopes = slopes or {}
@@ -79,13 +81,13 @@ def backsubstitute(
     for position in range(target - 1, -1, -1):
         stage = plan.stages[position]
         if isinstance(stage, ReluStage):
-            relax = relaxations.get(position) or relax_relu(*bounds[position])
-            lower_slope = relax.lower_slope.unsqueeze(1)
+            relaxation = relaxations.get(position) or relax(*bounds[position])
+            lower_slope = relaxation.lower_slope.unsqueeze(1)
             if position in slopes:
-                lower_slope = torch.where(relax.unstable.unsqueeze(1), slopes[position], lower_slope)
-            b = b + _dot(A.clamp(max=0), relax.upper_intercept)
-            b_abs = b_abs + _dot(A_abs, relax.upper_intercept.abs())
-            A = A * torch.where(A >= 0, lower_slope, relax.upper_slope.unsqueeze(1))
+                lower_slope = torch.where(relaxation.unstable.unsqueeze(1), slopes[position], lower_slope)
+            b = b + _dot(A.clamp(max=0), relaxation.upper_intercept)
+            b_abs = b_abs + _dot(A_abs, relaxation.upper_intercept.abs())
+            A = A * torch.where(A >= 0, lower_slope, relaxation.upper_slope.unsqueeze(1))
             if position in betas:
                 A = A + betas[position]
                 A_abs = A_abs + betas[position].abs()

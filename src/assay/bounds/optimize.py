@@ -42,6 +42,7 @@ def optimize_bounds(
     objective: Objective | None,
     to_linear: Callable[[Backward, torch.Tensor], LinearBounds],
     deadline: float | None = None,
+    relax=relax_relu,
 ) -> tuple[torch.Tensor, Backward, torch.Tensor, int]:
     """Maximise the lower bound of each row of ``C · f(x) + d`` over α (and β where split).
 
@@ -53,6 +54,7 @@ def optimize_bounds(
         to_linear: turns a Backward and its margin into LinearBounds for the objective.
         deadline: a ``time.monotonic()`` instant after which no further iteration starts
             (the best bound so far is returned: every iterate is sound).
+        relax: the ReLU relaxation (default CROWN's); α replaces its lower slopes.
     Returns:
         (best lower (B, S) elementwise over iterations, Backward at the best objective per
         domain, its margin, iterations run).
@@ -60,7 +62,7 @@ def optimize_bounds(
     objective = objective or default_objective
     batch, rows = C.shape[:2]
     alphas: dict[int, torch.Tensor] = {}
-    relaxations = {p: relax_relu(*bounds[p]) for p in plan.relu_positions}
+    relaxations = {p: relax(*bounds[p]) for p in plan.relu_positions}
     for position, relax in relaxations.items():
         if relax.unstable.any():
             init = relax.lower_slope.unsqueeze(1).expand(batch, rows, *relax.lower_slope.shape[1:])

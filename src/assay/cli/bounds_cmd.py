@@ -13,17 +13,18 @@ from pathlib import Path
 
 import typer
 
+from assay.bounds.methods import METHODS, method_names
 from assay.cli._common import console, load_network, read_property
 
 __all__ = ["bounds"]
 
-_METHODS = ("ibp", "crown", "alpha", "beta")
+_METHODS = method_names()
 
 
 def bounds(
     model: Path = typer.Argument(..., help="Model file: .onnx or .nnet (optionally .gz)."),
     property_file: Path = typer.Argument(..., metavar="PROPERTY", help="VNN-LIB property (.vnnlib, optionally .gz)."),
-    method: str = typer.Option("crown", "--method", "-m", help="Bound method: ibp, crown, alpha (α-CROWN) or beta (β-CROWN)."),
+    method: str = typer.Option("crown", "--method", "-m", help="Bound method: " + "; ".join(f"{m.name} ({m.summary})" for m in METHODS.values()) + "."),
     dtype: str = typer.Option("float64", "--dtype", help="float64 (recommended for verdicts) or float32 (faster, "
                               "wider margins for rounding)."),
     json_output: bool = typer.Option(False, "--json", help="Print lower/upper bounds and timings as JSON."),

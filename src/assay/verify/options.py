@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from assay._validate import check_choice, check_float, check_int
+from assay.bounds.methods import METHODS
 from assay.errors import OptionError
 
 __all__ = ["VerifyOptions", "INPUT_SPLIT_MAX_INPUTS"]
@@ -12,8 +13,9 @@ __all__ = ["VerifyOptions", "INPUT_SPLIT_MAX_INPUTS"]
 # Input splitting halves one input per step: beyond a handful of inputs ReLU splitting wins.
 INPUT_SPLIT_MAX_INPUTS = 16
 
-# Bound methods that input splitting can use (ReLU splitting always uses β-CROWN).
-INPUT_SPLIT_METHODS = ("alpha", "crown", "ibp")
+# Bound methods that input splitting can use: the registered ones that need no ReLU splits
+# (ReLU splitting always uses β-CROWN).
+INPUT_SPLIT_METHODS = tuple(name for name, method in METHODS.items() if not method.for_splits)
 
 
 @dataclass(frozen=True)
