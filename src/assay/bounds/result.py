@@ -63,11 +63,6 @@ class IntermediateBounds:
         """Bounds of the domains picked by ``index`` (an index tensor, slice or bool mask)."""
         return IntermediateBounds(tuple(t[index] for t in self.lower), tuple(t[index] for t in self.upper))
 
-    def unstable_counts(self) -> torch.Tensor:
-        """Number of ReLUs whose sign is undetermined, per domain: shape (B,)."""
-        counts = [((l < 0) & (u > 0)).reshape(l.shape[0], -1).sum(1) for l, u in zip(self.lower, self.upper)]
-        return torch.stack(counts).sum(0) if counts else torch.zeros(0)
-
 
 @dataclass(frozen=True, eq=False)
 class BoundsResult:
