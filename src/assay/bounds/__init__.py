@@ -17,7 +17,7 @@ without loading torch.
 
 from __future__ import annotations
 
-import importlib
+from assay._lazy import lazy_names
 
 __all__ = [
     "compute_bounds",
@@ -70,13 +70,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str):
-    if name in _HOMES:
-        value = getattr(importlib.import_module(_HOMES[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'assay.bounds' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _HOMES)

@@ -6,7 +6,7 @@ read by the command line for its defaults) do not pull in torch.
 
 from __future__ import annotations
 
-import importlib
+from assay._lazy import lazy_names
 
 __all__ = ["verify", "verify_vnnlib", "VerifyOptions", "VerificationResult", "VerificationStatus", "VerificationStats",
            "Counterexample"]
@@ -22,13 +22,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str):
-    if name in _HOMES:
-        value = getattr(importlib.import_module(_HOMES[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'assay.verify' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _HOMES)
