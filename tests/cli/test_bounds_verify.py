@@ -147,3 +147,19 @@ def test_bounds_exclude_a_disjunction_only_when_every_conjunction_is_excluded(in
     result = invoke("bounds", tiny["model"], prop, "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["queries"][0]["unsafe_unreachable"] is excluded
+
+
+def test_verify_timeout_counts_loading(invoke, tiny, monkeypatch):
+    """--timeout covers the whole command: loading that uses it up leaves the verifier no time."""
+    import time
+
+    import assay.cli.verify_cmd as verify_cmd
+
+    real = verify_cmd.load_network
+    monkeypatch.setattr(verify_cmd, "load_network", lambda path: (time.sleep(0.4), real(path))[1])
+    started = time.monotonic()
+    result = invoke("verify", tiny["model"], tiny["holds"], "--timeout", "0.3", "--json")
+    assert result.exit_code == 20, result.output
+    assert json.loads(result.stdout)["status"] == "timeout"
+    assert time.monotonic() - started < 5
+    assert invoke("verify", tiny["model"], tiny["holds"], "--timeout", "30").exit_code == 0

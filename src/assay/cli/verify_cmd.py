@@ -40,7 +40,8 @@ def verify(
     model: Path = typer.Argument(None, metavar="MODEL", help="Model file: .onnx or .nnet (optionally .gz). Not with --instances."),
     property_file: Path = typer.Argument(None, metavar="PROPERTY", help="VNN-LIB property (.vnnlib, optionally "
                                          ".gz). Not with --instances."),
-    timeout: float = typer.Option(None, "--timeout", "-t", help=f"Seconds before giving up (status timeout); default "
+    timeout: float = typer.Option(None, "--timeout", "-t", help=f"Seconds before giving up (status timeout), counted "
+                                  f"from the start of the command, loading included (as VNN-COMP counts them); default "
                                   f"{DEFAULT_TIMEOUT:g}. With --instances: for rows without a timeout."),
     method: str = typer.Option("alpha", "--method", "-m", help="Bound method of input splitting: alpha (CROWN, then α-CROWN on boxes left open), crown or ibp."),
     json_output: bool = typer.Option(False, "--json", help="Print the full result(s) as JSON."),
@@ -61,6 +62,7 @@ def verify(
 
     With --instances: 0 when every instance ran (verdicts are in the table and --out), 2 when some instance could not be run (status error), 130 interrupted (finished rows are still written).
     """  # noqa: E501 (typer keeps a docstring's line breaks in --help)
+    started = time.monotonic()  # the deadline counts loading torch, the model and the property too
     if method not in _METHODS:
         raise OptionError(f"--method must be one of {', '.join(_METHODS)}; got {method!r}")
     if timeout is not None and not timeout > 0:
@@ -84,13 +86,14 @@ def verify(
         if threads is not None and threads < 1:
             raise OptionError(f"--threads must be ≥ 1; got {threads}")
         code = _run_one(model, property_file, timeout if timeout is not None else DEFAULT_TIMEOUT, method, json_output,
-                        threads)
+                        threads, started)
     if code:
         raise typer.Exit(code)
 
 
 # ------------------------------------------------------------------------------- one instance
-def _run_one(model: Path, property_file: Path, timeout: float, method: str, json_output: bool, threads: int | None) -> int:
+def _run_one(model: Path, property_file: Path, timeout: float, method: str, json_output: bool, threads: int | None,
+             started: float) -> int:
     import torch
 
     network = load_network(model)
@@ -100,14 +103,16 @@ def _run_one(model: Path, property_file: Path, timeout: float, method: str, json
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads or previous_threads)
     try:
-        return _verify_and_report(network, prop, model, property_file, timeout, method, json_output)
+        return _verify_and_report(network, prop, model, property_file, timeout, method, json_output, started)
     finally:
         torch.set_num_threads(previous_threads)  # callers in the same process keep their setting
 
 
-def _verify_and_report(network, prop, model, property_file, timeout, method, json_output) -> int:
+def _verify_and_report(network, prop, model, property_file, timeout, method, json_output, command_started) -> int:
     from assay.verify import verify_vnnlib
 
+    # What loading left of the timeout (a tiny positive rest makes the verifier answer TIMEOUT at once).
+    left = max(timeout - (time.monotonic() - command_started), 1e-9)
     started = time.perf_counter()
     if show_progress(json_output):
         from rich.console import Console
@@ -116,10 +121,10 @@ def _verify_and_report(network, prop, model, property_file, timeout, method, jso
         with Progress(TextColumn("verifying"), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[pending]} boxes"),
                       TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
             task = bar.add_task("verify", total=1.0, pending=0)
-            result = verify_vnnlib(network, prop, timeout=timeout, method=method,
+            result = verify_vnnlib(network, prop, timeout=left, method=method,
                                    progress=lambda fraction, pending: bar.update(task, completed=fraction, pending=pending))
     else:
-        result = verify_vnnlib(network, prop, timeout=timeout, method=method)
+        result = verify_vnnlib(network, prop, timeout=left, method=method)
     seconds = time.perf_counter() - started
     status = result.status.value
     if json_output:
