@@ -156,3 +156,41 @@ def test_verdicts_k_sets_and_flip_counts_against_brute_force(design: Design):
                 assert found == largest, f"{where}: largest certified flips {found} != {largest}"
             else:
                 assert found <= largest, f"{where}: largest certified flips {found} > {largest}"
+
+
+def k_choice_problem(seed: int):
+    """A small random problem (1-D or 2-D grid data, binary labels, 2–3 candidate Ks)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(10, 16))
+    d = int(rng.integers(1, 3))
+    X = rng.integers(0, 12, size=(n, d)) / 4.0
+    y = rng.integers(0, 2, n)
+    y[:2] = [0, 1]
+    folds = int(rng.choice([3, 4, 5]))
+    smallest = n - (n + folds - 1) // folds
+    ks = sorted(rng.choice(np.arange(1, min(8, smallest) + 1), size=int(rng.integers(2, 4)), replace=False).tolist())
+    return X, y, ks, folds
+
+
+# row index -> a problem where that row's flip is the only way for one flip to reach some K, and
+# where the pairwise cross-validation bounds are tight enough to notice (found by a seeded search)
+K_CHOICE_SEEDS = {0: 644, 1: 1285, 2: 1108, 3: 648, 4: 4609, 5: 2449, 6: 1388, 7: 104, 8: 5196, 9: 2016}
+
+
+@pytest.mark.parametrize("row, seed", sorted(K_CHOICE_SEEDS.items()))
+def test_bounded_k_sets_contain_the_enumerated_ones(row: int, seed: int):
+    """The bounds method's possible Ks include every K some flip set of the budget makes cross-validation choose.
+
+    In each problem one training row is the only one whose flip lets cross-validation choose some K
+    with one flip (checked here by brute force), so bounds that leave that row's flips out miss it.
+    """
+    X, y, ks, folds = k_choice_problem(seed)
+    reference = Reference(X, y, ks, folds)
+    assert {k for *_, k in reference.scenarios(1, skip=[row])} < reference.k_possible(1)
+    bounds = KnnFairnessCertifier(X, y, k_candidates=ks, folds=folds, enumeration_limit=0)
+    exact = KnnFairnessCertifier(X, y, k_candidates=ks, folds=folds)
+    for budget in (1, 2):
+        truth = reference.k_possible(budget)
+        cert = bounds.certify(X[0], budget, falsify=False)
+        assert cert.method == "bounds" and set(cert.k_possible) >= truth, (budget, cert.k_possible, truth)
+        assert set(exact.certify(X[0], budget, falsify=False).k_possible) == truth
