@@ -33,8 +33,8 @@ def in_ci() -> bool:
 
 def missing_message(module: str) -> str:
     package = INSTALL.get(module, module)
-    return (f"the test needs the package {package!r} (import {module}), which is not installed: "
-            f"run `make test` (it installs the test extras) or `pip install -e '.[test]'` (or `pip install '{package}'`)")
+    return (f"the test needs the package {package!r} (import {module}), which is not installed: install the "
+            f"test extras with `pip install -e '.[test]'` (or just `pip install '{package}'`)")
 
 
 def require(module: str) -> ModuleType:
