@@ -24,6 +24,7 @@ demo: $(VENV)/.installed
 	$(BIN)/assay demo
 
 test: $(VENV)/.installed-test
+	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest -q
 
 clean:

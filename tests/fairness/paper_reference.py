@@ -29,7 +29,7 @@ def paper_k_set(X, y, ks, folds, flips):
                 a = y[i]
                 margin = int(counts[a] - counts[1 - a])
 
-                def wins(m):
+                def wins(m, a=a):
                     return m > 0 or (m == 0 and a == 0)
 
                 always_wrong += not wins(margin + 2 * flips)

@@ -26,8 +26,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from assay.fairness.knn import KnnFairnessCertifier, Status, ground_truth, knn_decision
 from assay.fairness._knn_predict import identical_row_ranks, membership_keys
+from assay.fairness.knn import KnnFairnessCertifier, Status, ground_truth, knn_decision
 from tests.fairness.reference import Reference, box_orders, fraction
 
 
