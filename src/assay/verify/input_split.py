@@ -102,8 +102,7 @@ class InputSplitting:
         return BoundedBranches(shrunk, closed, settled, _BoxBounds(rows, A, group_upper[open_]))
 
     def probe(self, bounded: BoundedBranches, open_, deadline: Deadline, stats: SearchStats):
-        boxes = bounded.branches.select(open_)
-        lower, upper = boxes.lower, boxes.upper
+        lower, upper = bounded.branches.lower[open_], bounded.branches.upper[open_]
         corner = torch.where(bounded.payload.row_A > 0, upper, lower)
         center = (lower + upper) / 2
         found = confirm(self.network, self.query, torch.cat([corner, center]))
@@ -112,11 +111,11 @@ class InputSplitting:
         return found
 
     def decide(self, bounded: BoundedBranches, open_, deadline: Deadline, stats: SearchStats) -> LeafDecision:
-        boxes = bounded.branches.select(open_)
-        too_thin = ((boxes.upper - boxes.lower) <= _MIN_RELATIVE_WIDTH * self._full_width).all(1).any()
+        width = bounded.branches.upper[open_] - bounded.branches.lower[open_]
+        too_thin = (width <= _MIN_RELATIVE_WIDTH * self._full_width).all(1).any()
         return LeafDecision(torch.zeros_like(open_), undecidable=bool(too_thin))
 
-    def split(self, bounded: BoundedBranches, open_) -> Branches:
+    def split(self, bounded: BoundedBranches, open_) -> list[Branches]:
         boxes = bounded.branches.select(open_)
         lower, upper = boxes.lower, boxes.upper
         # ReluVal's smear (gradient bound × width) beats the output's linear sensitivity
@@ -132,8 +131,9 @@ class InputSplitting:
         right_lower = lower.clone()
         right_lower[arange, dim] = middle
         half = boxes.weight / 2
-        return Branches(torch.cat([lower, right_lower]), torch.cat([left_upper, upper]), None,
-                        boxes.parents.select(torch.cat([arange, arange])), torch.cat([half, half]))
+        # Two batches sharing the parents' pre-activation bounds (valid on both halves), not copies.
+        return [Branches(lower, left_upper, None, boxes.parents, half),
+                Branches(right_lower, upper, None, boxes.parents, half)]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ a counterexample. Everything specific to a kind of branching lives in a :class:`
 * ``probe``  — look for a counterexample in the open branches (corners, centres, PGD);
 * ``decide`` — decide exactly the open branches that cannot be split further (ReLU splitting:
   an LP per leaf; input splitting: boxes too thin to split make the search UNKNOWN);
-* ``split``  — the children of the open branches.
+* ``split``  — the children of the open branches (one batch, or a list of batches that may
+  share their inherited bounds instead of copying them).
 
 :func:`branch_and_bound` is the only loop. Its state is a value: :class:`SearchState` holds the
 pending branches (depth first: taken from the end), the closed ones and the settled weight; a
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -72,9 +73,12 @@ class Branches:
             self.weight[which],
         )
 
-    def without_bounds(self) -> Branches:
-        """The domains alone (what a closed branch keeps: its pre-activation bounds are dropped)."""
-        return replace(self, parents=None)
+    def domains(self, which) -> Branches:
+        """The branches picked by ``which`` without their pre-activation bounds (what a closed
+        branch keeps; cheaper than :meth:`select` when the bounds are not needed)."""
+        return Branches(self.lower[which], self.upper[which],
+                        None if self.splits is None else tuple(s[which] for s in self.splits), None,
+                        self.weight[which])
 
     @staticmethod
     def concat(parts: list[Branches]) -> Branches:
@@ -138,7 +142,7 @@ class SearchStrategy(Protocol):
     def decide(self, bounded: BoundedBranches, open_: torch.Tensor, deadline: Deadline,
                stats: SearchStats) -> LeafDecision: ...
 
-    def split(self, bounded: BoundedBranches, open_: torch.Tensor) -> Branches: ...
+    def split(self, bounded: BoundedBranches, open_: torch.Tensor) -> Branches | list[Branches]: ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -234,9 +238,10 @@ def branch_and_bound(
                 pending.append(bounded.branches.select(leaves.postponed))  # bounded again when resumed
                 open_ = open_ & ~leaves.postponed
             if open_.any():
-                pending.append(strategy.split(bounded, open_))
+                children = strategy.split(bounded, open_)
+                pending.extend(children if isinstance(children, list) else [children])
         if keep_closed and done.any():
-            closed.append(bounded.branches.select(done).without_bounds())
+            closed.append(bounded.branches.domains(done))
         stats.max_pending = max(stats.max_pending, sum(len(chunk) for chunk in pending))
         if progress is not None:
             progress(settled, sum(len(chunk) for chunk in pending))
