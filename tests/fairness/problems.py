@@ -65,3 +65,14 @@ def load_split(data_dir, name: str):
     """The authors' split: four arrays stored one after another (X_train, y_train, X_test, y_test)."""
     with open(data_dir / "knn" / "splits" / f"{name}-10.npy", "rb") as handle:
         return [np.load(handle) for _ in range(4)]
+
+
+def report_lines(request, lines: list[str]) -> None:
+    """Write a module's tally to the terminal at its end (past pytest's output capture)."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():
+            reporter.write_line("\n".join(lines))
+    else:  # pragma: no cover
+        print("\n".join(lines))

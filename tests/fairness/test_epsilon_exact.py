@@ -28,6 +28,7 @@ import pytest
 
 from assay.fairness._knn_predict import identical_row_ranks, membership_keys
 from assay.fairness.knn import KnnFairnessCertifier, Status, ground_truth, knn_decision
+from tests.fairness.problems import report_lines
 from tests.fairness.reference import Reference, box_orders, fraction
 
 
@@ -76,16 +77,12 @@ def make_data(case: Case):
 def epsilon_tally(request):
     counts: dict[str, dict[str, int]] = {}
     yield counts
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
     lines = ["", "knn ε-fairness against exact decision regions: fair over the box but left unknown (per method)"]
     for key, c in sorted(counts.items()):
         lines.append(f"  {key}: {c['box_fair_unknown']} of {c['box_fair']} box-fair inputs unknown "
                      f"({c['box_fair_certified']} certified); {c['only_x_fair']} fair at x only, "
                      f"{c['falsified']} falsified of {c['inputs']}")
-    if reporter is not None and capture is not None:
-        with capture.global_and_fixture_disabled():
-            reporter.write_line("\n".join(lines))
+    report_lines(request, lines)
 
 
 _FACES: dict[tuple, list] = {}

@@ -13,7 +13,7 @@ import pytest
 
 from assay.fairness.knn import KnnFairnessCertifier, Status, down_sample, ground_truth, knn_decision
 from tests.fairness.paper_reference import paper_k_set
-from tests.fairness.problems import Problem, load_split, random_problem
+from tests.fairness.problems import Problem, load_split, random_problem, report_lines
 from tests.fairness.reference import Reference
 
 
@@ -21,17 +21,11 @@ from tests.fairness.reference import Reference
 def tally(request):
     counts: dict[str, dict[str, int]] = {}
     yield counts
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
     lines = ["", "knn fairness soundness: truly fair inputs left unknown (per method)"]
     for method, c in sorted(counts.items()):
         lines.append(f"  {method}: {c['fair_unknown']} of {c['fair']} fair inputs unknown; {c['certified']} certified, "
                      f"{c['falsified']} falsified of {c['inputs']} inputs; unsound: {c['unsound']}")
-    if reporter is not None and capture is not None:
-        with capture.global_and_fixture_disabled():
-            reporter.write_line("\n".join(lines))
-    else:  # pragma: no cover
-        print("\n".join(lines))
+    report_lines(request, lines)
 
 
 def confirm(problem: Problem, certificate) -> None:
