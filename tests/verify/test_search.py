@@ -79,13 +79,16 @@ def test_a_stopped_search_resumes_to_the_same_verdict_with_the_same_work(kind):
 
     strategy, start, batch = search_of(kind)
     stats = SearchStats()
-    stopped = branch_and_bound(strategy, start, StopAfter(counting.checks // 2), batch_size=batch, stats=stats)
+    stopped = branch_and_bound(strategy, start, StopAfter(counting.checks // 2), batch_size=batch, stats=stats,
+                               keep_closed=True)
     assert stopped.status is VerificationStatus.TIMEOUT
     assert stopped.state.pending_count > 0 and stopped.state.settled < 1
-    resumed = branch_and_bound(strategy, stopped.state, Deadline(), batch_size=batch, stats=stats)
+    resumed = branch_and_bound(strategy, stopped.state, Deadline(), batch_size=batch, stats=stats, keep_closed=True)
     assert resumed.status is VerificationStatus.HOLDS
-    # The same branches are bounded, except leaves whose LP the stop postponed (bounded again).
-    assert fresh_stats.domains <= stats.domains <= fresh_stats.domains + batch
+    if kind == "input":  # exactly the same branches are bounded
+        assert stats.domains == fresh_stats.domains
+    else:  # the same, plus the leaves whose LP the stop postponed (bounded again when resumed)
+        assert fresh_stats.domains <= stats.domains <= fresh_stats.domains + batch
     assert resumed.state.pending_count == 0
     assert resumed.state.settled == pytest.approx(fresh.state.settled, abs=1e-12)
 
@@ -95,7 +98,7 @@ def test_closed_branches_account_for_the_whole_search(kind):
     """HOLDS settles weight 1: for ReLU splitting the closed leaves' 2^-depth weights sum to 1;
     for input splitting the closed boxes and the parts clipped away fill the whole box."""
     strategy, start, batch = search_of(kind)
-    outcome = branch_and_bound(strategy, start, Deadline(), batch_size=batch, stats=SearchStats())
+    outcome = branch_and_bound(strategy, start, Deadline(), batch_size=batch, stats=SearchStats(), keep_closed=True)
     assert outcome.status is VerificationStatus.HOLDS
     assert outcome.state.settled == pytest.approx(1.0, abs=1e-9)
     closed_weight = sum(float(chunk.weight.sum()) for chunk in outcome.state.closed)
@@ -120,3 +123,6 @@ def test_results_carry_their_searches():
     done = verify(network, box(3), unsafe=unsafe_region(query.C.numpy(), query.d.numpy()), timeout=60)
     assert done.status is VerificationStatus.HOLDS
     assert done.searches[-1].pending_count == 0 and done.searches[-1].settled == pytest.approx(1.0, abs=1e-9)
+    assert done.searches[-1].closed_count == 0  # closed branches are kept only when asked
+    kept = verify(network, box(3), unsafe=unsafe_region(query.C.numpy(), query.d.numpy()), timeout=60, keep_closed=True)
+    assert kept.searches[-1].closed_count > 0

@@ -119,7 +119,8 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
             report = None
             if progress is not None:
                 report = (lambda done, pending, g=number, n=len(plans): progress((g + done) / n, pending))
-            outcome = branch_and_bound(plan, state, deadline, batch_size=size, stats=stats, progress=report)
+            outcome = branch_and_bound(plan, state, deadline, batch_size=size, stats=stats,
+                                       keep_closed=options.keep_closed, progress=report)
             searches.append(outcome.state)
             if outcome.status is VerificationStatus.VIOLATED:
                 return finish(outcome.status, outcome.found, query.index)

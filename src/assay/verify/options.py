@@ -35,6 +35,8 @@ class VerifyOptions:
         strategy: ``"input"`` (split the input box; best for few inputs, e.g. ACAS Xu),
             ``"relu"`` (split unstable ReLUs with β-CROWN; for many inputs) or ``"auto"``
             (input splitting up to :data:`INPUT_SPLIT_MAX_INPUTS` inputs, else ReLU splitting).
+        keep_closed: also keep the closed branches in the result's ``searches`` (their boxes or
+            split histories: memory grows with the search); pending branches are always kept.
     """
 
     timeout: float = 300.0
@@ -43,6 +45,7 @@ class VerifyOptions:
     batch_size: int = 1024
     attack_restarts: int = 32
     strategy: str = "auto"
+    keep_closed: bool = False
 
     def __post_init__(self):
         check_float(self.timeout, "timeout", "verify", minimum=0.0, strict=True)
@@ -52,6 +55,8 @@ class VerifyOptions:
         check_int(self.batch_size, "batch_size", "verify", minimum=1)
         check_int(self.attack_restarts, "attack_restarts", "verify", minimum=0)
         check_choice(self.strategy, "strategy", "verify", ("auto", "input", "relu"))
+        if not isinstance(self.keep_closed, bool):
+            raise OptionError(f"the `keep_closed` option of verify must be True or False; got {self.keep_closed!r}")
 
     @classmethod
     def build(cls, options: VerifyOptions | None = None, **overrides) -> VerifyOptions:

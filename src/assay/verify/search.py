@@ -191,7 +191,7 @@ def branch_and_bound(
     *,
     batch_size: int,
     stats: SearchStats,
-    keep_closed: bool = True,
+    keep_closed: bool = False,
     progress: Callable[[float, int], None] | None = None,
 ) -> SearchOutcome:
     """Run (or resume) a search until it is decided or ``deadline`` passes.
@@ -201,7 +201,9 @@ def branch_and_bound(
         state: :meth:`SearchState.start` of the root branch, or the state of an earlier outcome.
         deadline: rounds are sized by it and none starts after it.
         batch_size: the most branches bounded per round.
-        keep_closed: keep the closed branches' domains in the state (for reuse and reports).
+        keep_closed: keep the closed branches' domains in the state (for reuse, e.g. by online
+            verification). Off by default: for ReLU splitting each closed leaf keeps a split
+            history, which grows with the search; pending branches are always kept.
         progress: optional ``(settled weight, pending branches)`` callback after each round.
     """
     pending = list(state.pending)
