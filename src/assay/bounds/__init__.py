@@ -8,7 +8,7 @@ walks use the public functions exported here, never the modules' private names:
 * the lowered network: :func:`plan_for` → :class:`Plan` (affine and ReLU stages);
 * the steps: :func:`interval_pass` (IBP), :func:`relax_relu`, :func:`backsubstitute` and
   :func:`concretize` (CROWN), :func:`optimize_bounds` (α/β-CROWN);
-* the shared walks (:mod:`assay.bounds.walks`): :func:`gradient_bounds`, :func:`affine_forms`,
+* the shared walks (:mod:`assay.bounds.walks`): :func:`gradient_bounds`, :func:`lipschitz_bounds`, :func:`affine_forms`,
   :func:`pattern_lower_bound`.
 
 Names are loaded on first use: the method registry (:mod:`assay.bounds.methods`) can be read
@@ -40,6 +40,7 @@ __all__ = [
     "optimize_bounds",
     "GradientBounds",
     "gradient_bounds",
+    "lipschitz_bounds",
     "affine_forms",
     "pattern_lower_bound",
 ]
@@ -65,6 +66,7 @@ _HOMES = {
     "optimize_bounds": "assay.bounds.optimize",
     "GradientBounds": "assay.bounds.walks",
     "gradient_bounds": "assay.bounds.walks",
+    "lipschitz_bounds": "assay.bounds.walks",
     "affine_forms": "assay.bounds.walks",
     "pattern_lower_bound": "assay.bounds.walks",
 }

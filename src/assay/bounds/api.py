@@ -38,6 +38,7 @@ def compute_bounds(
     splits: Sequence[torch.Tensor] | None = None,
     intermediate: IntermediateBounds | None = None,
     refine_intermediate: bool = True,
+    fixed_layers: int = 0,
     intermediate_method: str = "crown",
     weight_perturbation=None,
     options: AlphaCrownOptions | BetaCrownOptions | None = None,
@@ -69,6 +70,10 @@ def compute_bounds(
         refine_intermediate: with ``intermediate``: True (default) recomputes CROWN bounds for
             the neurons that are still unstable (cheap when few are); False uses them as they
             are (the fastest choice when only the split constraints changed).
+        fixed_layers: with ``intermediate`` and ``refine_intermediate``: the first k ReLU layers'
+            bounds are used as they are and only later layers are refined (for a network whose
+            first layers did not change since ``intermediate`` was computed, e.g. after
+            fine-tuning its last layers; the later layers' entries may be ±inf).
         intermediate_method: how CROWN-family methods bound the ReLU inputs: ``"crown"``
             (default; backward substitution per unstable neuron, tightest) or ``"forward"``
             (forward linear bounds, see :mod:`assay.bounds.forward`: far cheaper for
@@ -107,6 +112,11 @@ def compute_bounds(
     split_signs = _resolve_splits(plan, splits, batch)
     options = spec_of_method.resolve_options(options)
     relax = spec_of_method.relax()
+    if fixed_layers and (intermediate is None or not 0 <= fixed_layers <= len(plan.relu_positions)):
+        raise OptionError(
+            f"fixed_layers={fixed_layers} needs `intermediate` bounds and at most {len(plan.relu_positions)} "
+            f"(the network's ReLU layers)"
+        )
     if objective is not None and not spec_of_method.optimised:
         raise OptionError("an `objective` is only used by the optimised methods 'alpha' and 'beta'")
 
@@ -149,7 +159,7 @@ def compute_bounds(
             known.update(forward_bounds(plan, lower, upper, clamp_with_interval))
             bounds = interval_pass(plan, lower, upper, deltas, clamp)
         elif spec_of_method.linear and (intermediate is None or refine_intermediate):
-            for position in plan.relu_positions:
+            for position in plan.relu_positions[fixed_layers:]:
                 tightened = _crown_layer_bounds(plan, position, bounds, deltas, center, radius, relax)
                 known[position] = tightened
                 bounds = interval_pass(plan, lower, upper, deltas, clamp)

@@ -22,12 +22,12 @@ import torch
 
 from assay.bounds.crown import backsubstitute, concretize
 from assay.bounds.ibp import center_radius
-from assay.bounds.plan import AffineStage, ReluStage, plan_for
+from assay.bounds.plan import AffineStage, ReluStage, plan_for, rounding_factor, unit_roundoff
 from assay.bounds.relaxation import relax_relu
 from assay.bounds.result import IntermediateBounds
 from assay.nn.network import Network
 
-__all__ = ["GradientBounds", "gradient_bounds", "affine_forms", "pattern_lower_bound"]
+__all__ = ["GradientBounds", "gradient_bounds", "lipschitz_bounds", "affine_forms", "pattern_lower_bound"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,6 +68,50 @@ def gradient_bounds(network: Network, rows: torch.Tensor, intermediate: Intermed
         else:
             g = stage.backward(g)
     return GradientBounds(tuple(per_layer), g.reshape(count, -1))
+
+
+def lipschitz_bounds(network: Network, rows: torch.Tensor, norm: str = "inf") -> torch.Tensor:
+    """Global Lipschitz constants of ``rows · f`` for a norm of the input: (S,) float64.
+
+    For all inputs x, x': |r · f(x) − r · f(x')| ≤ L_r · ‖x − x'‖ (ReLUs are 1-Lipschitz).
+
+    * ``norm="inf"``: L_r = 1ᵀ |W_1|ᵀ ⋯ |W_L|ᵀ |r| (the gradient bound with every ReLU passing
+      at most all of its gradient; never above the product of the layers' ∞-operator norms
+      times ‖r‖₁);
+    * ``norm="2"``: L_r = ‖r W_L‖₂ · Π_{k<L} ‖W_k‖₂ (spectral norms; Linear layers only).
+
+    Rounding of the float64 products is bounded and added, so the constants are sound.
+
+    Args:
+        rows: (S, n_out) output rows.
+    """
+    plan = plan_for(network, torch.float64)
+    rows = torch.as_tensor(rows, dtype=torch.float64).reshape(-1, network.output_size)
+    if norm == "2":
+        return _spectral_lipschitz(plan, rows)
+    if norm != "inf":
+        raise ValueError(f"norm must be 'inf' or '2'; got {norm!r}")
+    count = rows.shape[0]
+    everything_passes = IntermediateBounds(
+        tuple(torch.full((count, *plan.stages[p].shape), -torch.inf, dtype=torch.float64) for p in plan.relu_positions),
+        tuple(torch.full((count, *plan.stages[p].shape), torch.inf, dtype=torch.float64) for p in plan.relu_positions),
+    )
+    sums = gradient_bounds(network, rows, everything_passes).inputs.sum(1)
+    # Every term is non-negative: the computed sums are within a relative γ of the exact ones.
+    return sums * (1 + 2 * rounding_factor(plan, network.input_size))
+
+
+def _spectral_lipschitz(plan, rows: torch.Tensor) -> torch.Tensor:
+    affine = [s for s in plan.stages if isinstance(s, AffineStage) and s.kind != "flatten"]
+    if any(s.kind != "linear" for s in affine):
+        raise ValueError("ℓ2 Lipschitz bounds are computed for networks of Linear layers only; use norm='inf'")
+    last, earlier = affine[-1], affine[:-1]
+    constant = torch.linalg.vector_norm(rows @ last.weight, dim=1)
+    for stage in earlier:
+        constant = constant * torch.linalg.matrix_norm(stage.weight, ord=2)
+    # An SVD's largest singular value is accurate to about n·u relative; be generous.
+    size = max(max(s.weight.shape) for s in affine)
+    return constant * (1 + 64 * size * len(affine) * unit_roundoff(torch.float64))
 
 
 def affine_forms(network: Network, signs: Sequence[torch.Tensor]):

@@ -62,11 +62,21 @@ class InputSplitting:
 
     ``root``: :func:`bound_root` of this query with the same method and dtype, used as the bounds
     of the first round instead of bounding the whole box again.
+
+    ``clip=False`` keeps every box whole (no shrinking to the part its linear bounds leave
+    possible), so that the leaves of the search partition the query's box: what online
+    verification keeps from step to step. ``weight_perturbation`` (as in
+    :func:`~assay.bounds.compute_bounds`) makes every bound hold for every network whose
+    weights lie within it; ``fixed_layers`` = k tells the engine that the first k ReLU layers
+    of the branches' inherited bounds are exact for this network (the layers before them did
+    not change), so only later layers are bounded again.
     """
 
     def __init__(self, network: Network, query: UnsafeQuery, *, method: str = "crown", dtype: str = "float64",
-                 root: RootBounds | None = None):
+                 root: RootBounds | None = None, clip: bool = True, weight_perturbation=None, fixed_layers: int = 0):
         self.network, self.query, self.method, self.dtype = network, query, method, dtype
+        self.clip = clip
+        self._engine = {"weight_perturbation": weight_perturbation, "fixed_layers": fixed_layers}
         self._root = root
         self._grids: dict = {}
         self._full_width = (query.upper - query.lower).clamp(min=1e-30)
@@ -81,12 +91,15 @@ class InputSplitting:
             result, group_upper, self._root = self._root.result, self._root.group_upper, None
         else:
             result, group_upper = _bound_boxes(self.network, query, lower, upper, branches.parents, self.method,
-                                               self.dtype, stats, self._grids, deadline)
+                                               self.dtype, stats, self._grids, deadline, **self._engine)
         best_row = _row_to_refine(result.upper, query.groups)
         safe = (group_upper < 0).all(1)
-        # Inside a box, only points where every row of some conjunction can be ≥ 0 matter:
-        # shrink each box to the hull of those regions (and drop it if they are empty).
-        clipped_lower, clipped_upper, empty = _clip_boxes(result.linear, lower, upper, query.groups, group_upper)
+        if self.clip:
+            # Inside a box, only points where every row of some conjunction can be ≥ 0 matter:
+            # shrink each box to the hull of those regions (and drop it if they are empty).
+            clipped_lower, clipped_upper, empty = _clip_boxes(result.linear, lower, upper, query.groups, group_upper)
+        else:
+            clipped_lower, clipped_upper, empty = lower, upper, torch.zeros_like(safe)
         closed = safe | empty
         open_ = ~closed
         volume = self._volume(lower, upper)
@@ -94,7 +107,7 @@ class InputSplitting:
         settled = torch.where(closed, volume, volume - kept)
         keep = open_.unsqueeze(1)
         shrunk = Branches(torch.where(keep, clipped_lower, lower), torch.where(keep, clipped_upper, upper), None,
-                          result.intermediate, torch.where(open_, kept, volume))
+                          result.intermediate, torch.where(open_, kept, volume), result.upper)
         rows = best_row[open_]
         # Linear upper bound of each open box's most promising row: y_r ≤ A·x + b.
         A = result.linear.upper_A[open_].reshape(int(open_.sum()), query.C.shape[0], lower.shape[1])
@@ -161,7 +174,8 @@ def bound_root(network: Network, query: UnsafeQuery, *, method: str, dtype: str,
     return RootBounds(*_bound_boxes(network, query, lower, upper, None, method, dtype, stats, {}, deadline))
 
 
-def _bound_boxes(network, query, lower, upper, parents, method, dtype, stats, grids, deadline=None):
+def _bound_boxes(network, query, lower, upper, parents, method, dtype, stats, grids, deadline=None,
+                 weight_perturbation=None, fixed_layers=0):
     """Bound the unsafe rows on boxes (B, n); returns (BoundsResult-like, group upper bounds (B, G)).
 
     A child box lies inside its parent, so the parent's pre-activation bounds hold on it:
@@ -176,6 +190,7 @@ def _bound_boxes(network, query, lower, upper, parents, method, dtype, stats, gr
     result = compute_bounds(
         network, (lower.reshape(-1, *shape), upper.reshape(-1, *shape)), spec=(query.C, query.d),
         method=first, dtype=dtype, sides="upper", return_linear=True, intermediate=parents,
+        weight_perturbation=weight_perturbation, fixed_layers=fixed_layers,
     )
     stats.bound_calls += 1
     stats.domains += lower.shape[0]
@@ -189,7 +204,7 @@ def _bound_boxes(network, query, lower, upper, parents, method, dtype, stats, gr
         network, (sub_lower.reshape(-1, *shape), sub_upper.reshape(-1, *shape)), spec=(query.C, query.d),
         method="alpha", dtype=dtype, sides="upper", return_linear=True,
         intermediate=result.intermediate.select(open_), refine_intermediate=False, options=_ALPHA_OPTIONS,
-        deadline=None if deadline is None else deadline.at,
+        deadline=None if deadline is None else deadline.at, weight_perturbation=weight_perturbation,
     )
     stats.bound_calls += 1
     tighter_group = torch.minimum(group_upper[open_], _conjunction_upper(tighter, sub_lower, sub_upper, query.groups, grids))

@@ -53,6 +53,8 @@ class Branches:
         parents: pre-activation bounds valid on each branch (inherited from its parent), or None.
         weight: (B,) float64: the branch's share of the search (volume fraction of the query's
             box for input splitting, 2^−depth for ReLU splitting); the shares of a partition sum to 1.
+        row_upper: (B, m) sound upper bounds of the query's rows ``C y + d`` on each branch, set
+            by strategies that have them once the branch is bounded (input splitting), else None.
     """
 
     lower: torch.Tensor
@@ -60,6 +62,7 @@ class Branches:
     splits: tuple[torch.Tensor, ...] | None
     parents: IntermediateBounds | None
     weight: torch.Tensor
+    row_upper: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.weight.shape[0]
@@ -71,6 +74,7 @@ class Branches:
             None if self.splits is None else tuple(s[which] for s in self.splits),
             None if self.parents is None else self.parents.select(which),
             self.weight[which],
+            None if self.row_upper is None else self.row_upper[which],
         )
 
     def domains(self, which) -> Branches:
@@ -78,7 +82,7 @@ class Branches:
         branch keeps; cheaper than :meth:`select` when the bounds are not needed)."""
         return Branches(self.lower[which], self.upper[which],
                         None if self.splits is None else tuple(s[which] for s in self.splits), None,
-                        self.weight[which])
+                        self.weight[which], None if self.row_upper is None else self.row_upper[which])
 
     @staticmethod
     def concat(parts: list[Branches]) -> Branches:
@@ -86,15 +90,18 @@ class Branches:
             return parts[0]
         splits = None if parts[0].splits is None else tuple(
             torch.cat([p.splits[k] for p in parts]) for k in range(len(parts[0].splits)))
+        row_upper = None
+        if all(p.row_upper is not None for p in parts):
+            row_upper = torch.cat([p.row_upper for p in parts])
         return Branches(torch.cat([p.lower for p in parts]), torch.cat([p.upper for p in parts]), splits,
                         _concat_bounds([p.parents for p in parts], [len(p) for p in parts]),
-                        torch.cat([p.weight for p in parts]))
+                        torch.cat([p.weight for p in parts]), row_upper)
 
 
 @dataclass(frozen=True, eq=False)
 class BoundedBranches:
     """A batch after ``bound``: ``branches`` (input splitting may have shrunk their boxes),
-    ``closed`` (B,) bool, ``settled`` (B,) float64 weight settled by this step, and the
+    ``closed`` (B,) bool, ``settled`` (B,) float64 weight settled by this step, the
     strategy's own ``payload`` (its bounds, for probing and splitting)."""
 
     branches: Branches
@@ -151,12 +158,18 @@ class SearchState:
 
     ``pending``: chunks of open branches, taken depth first from the end; ``closed``: chunks of
     branches closed so far (domains only; empty when the search does not keep them);
-    ``settled``: the weight settled so far (1.0 when everything is closed).
+    ``settled``: the weight settled so far (1.0 when everything is closed); ``unresolved``:
+    open branches left unsplit because the search's leaf budget ran out (bounded, with their
+    pre-activation bounds; a search with unresolved branches answers UNKNOWN).
+
+    With ``keep_closed``, the closed, pending and unresolved branches of an input-splitting
+    search without clipping are the leaves of one split tree: they partition the root box.
     """
 
     pending: tuple[Branches, ...]
     closed: tuple[Branches, ...] = ()
     settled: float = 0.0
+    unresolved: tuple[Branches, ...] = ()
 
     @staticmethod
     def start(root: Branches) -> SearchState:
@@ -170,8 +183,13 @@ class SearchState:
     def closed_count(self) -> int:
         return sum(len(chunk) for chunk in self.closed)
 
+    @property
+    def unresolved_count(self) -> int:
+        return sum(len(chunk) for chunk in self.unresolved)
+
     def to_json(self) -> dict:
-        return {"pending": self.pending_count, "closed": self.closed_count, "settled": self.settled}
+        return {"pending": self.pending_count, "closed": self.closed_count, "unresolved": self.unresolved_count,
+                "settled": self.settled}
 
 
 @dataclass(frozen=True, eq=False)
@@ -191,7 +209,8 @@ def branch_and_bound(
     *,
     batch_size: int,
     stats: SearchStats,
-    keep_closed: bool = False,
+    keep_closed: bool | str = False,
+    max_leaves: int | None = None,
     progress: Callable[[float, int], None] | None = None,
 ) -> SearchOutcome:
     """Run (or resume) a search until it is decided or ``deadline`` passes.
@@ -202,16 +221,27 @@ def branch_and_bound(
         deadline: rounds are sized by it and none starts after it.
         batch_size: the most branches bounded per round.
         keep_closed: keep the closed branches' domains in the state (for reuse, e.g. by online
-            verification). Off by default: for ReLU splitting each closed leaf keeps a split
-            history, which grows with the search; pending branches are always kept.
+            verification); ``"with_bounds"`` keeps their pre-activation bounds too. Off by
+            default: for ReLU splitting each closed leaf keeps a split history, which grows with
+            the search; pending branches are always kept.
+        max_leaves: a leaf budget (needs ``keep_closed``): open branches are split only while
+            the closed, pending, unresolved and open branches number at most this many, the
+            heaviest first; the others become ``unresolved`` and the search answers UNKNOWN
+            once nothing is pending. Used where a bounded tree is wanted (online verification).
         progress: optional ``(settled weight, pending branches)`` callback after each round.
     """
+    if max_leaves is not None and not keep_closed:
+        raise ValueError("a leaf budget (max_leaves) counts the closed branches: pass keep_closed=True")
     pending = list(state.pending)
     closed = list(state.closed)
+    unresolved = list(state.unresolved)
     settled = state.settled
 
     def snapshot() -> SearchState:
-        return SearchState(tuple(pending), tuple(closed), settled)
+        return SearchState(tuple(pending), tuple(closed), settled, tuple(unresolved))
+
+    def leaf_count() -> int:
+        return sum(len(chunk) for chunk in (*pending, *closed, *unresolved))
 
     while pending:
         if deadline.passed():
@@ -239,15 +269,34 @@ def branch_and_bound(
             if leaves.postponed is not None and leaves.postponed.any():
                 pending.append(bounded.branches.select(leaves.postponed))  # bounded again when resumed
                 open_ = open_ & ~leaves.postponed
+            if open_.any() and max_leaves is not None:
+                open_ = _within_budget(bounded.branches, open_, max_leaves - leaf_count() - int(done.sum()) - int(open_.sum()),
+                                       unresolved)
             if open_.any():
                 children = strategy.split(bounded, open_)
                 pending.extend(children if isinstance(children, list) else [children])
         if keep_closed and done.any():
-            closed.append(bounded.branches.domains(done))
+            closed.append(bounded.branches.select(done) if keep_closed == "with_bounds" else bounded.branches.domains(done))
         stats.max_pending = max(stats.max_pending, sum(len(chunk) for chunk in pending))
         if progress is not None:
             progress(settled, sum(len(chunk) for chunk in pending))
-    return SearchOutcome(VerificationStatus.HOLDS, None, snapshot())
+    status = VerificationStatus.UNKNOWN if unresolved else VerificationStatus.HOLDS
+    return SearchOutcome(status, None, snapshot())
+
+
+def _within_budget(branches: Branches, open_: torch.Tensor, spare: int, unresolved: list[Branches]) -> torch.Tensor:
+    """Keep at most ``spare`` open branches for splitting (each split adds one leaf), the
+    heaviest first; move the rest to ``unresolved``. Returns the mask of branches to split."""
+    count = int(open_.sum())
+    if spare >= count:
+        return open_
+    indices = open_.nonzero().squeeze(1)
+    order = branches.weight[indices].argsort(descending=True, stable=True)
+    split = torch.zeros_like(open_)
+    split[indices[order[:max(spare, 0)]]] = True
+    rest = open_ & ~split
+    unresolved.append(branches.select(rest))
+    return split
 
 
 def _take(pending: list[Branches], count: int) -> Branches:
