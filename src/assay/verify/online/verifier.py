@@ -1,0 +1,555 @@
+"""`OnlineVerifier`: re-check f_t(X(t)) ⊆ Y at every time step, reusing the last step's leaves.
+
+Implements "Online Verification of Deep Neural Networks under Domain Shift or Network
+Updates" (Wei & Liu) on assay's one branch-and-bound core (:mod:`assay.verify.search`, input
+splitting without clipping, so that the leaves partition the domain) and the bound engine.
+
+A step keeps a leaf's verdict, skips it by a sound test, or bounds it again; the leaves
+bounded again that stay open are split further within a leaf budget. The accelerations:
+
+* ``bmi`` — domain shift: leaves are cells of the split tree; a leaf whose new domain
+  (cell ∩ X(t)) lies inside the box it was verified on keeps its verdict.
+* ``rsr`` — leaves are verified on their domain grown by ``rsr_offset`` on the domain's outer
+  faces, so that small shifts stay inside the verified box.
+* ``lb``  — a verified leaf whose domain moved by at most h (the exact directed Hausdorff
+  distance to its verified box) stays verified when, for every conjunction of the unsafe
+  query, some row i has upper bound u_i + L_i·h < 0, with L_i a sound global Lipschitz
+  constant of row i in the same norm (:func:`assay.bounds.lipschitz_bounds`).
+* ``bmw`` — network update: keep the leaves and bound them again for the new weights (no search
+  from the root).
+* ``inn`` — after an update, verify every leaf once for all networks whose weights lie within
+  ``inn_factor`` times the largest one-step change seen per layer (interval weights of the bound
+  engine), and skip later steps while the weights stay inside those intervals.
+* ``ic``  — when only later layers changed, each leaf keeps its pre-activation bounds up to the
+  first changed layer (``fixed_layers`` of the engine).
+
+Beyond the paper: only the leaves that became open are split again (within ``max_leaves``),
+and the tree is rebuilt from scratch when the exact verified volume falls ``rebuild_drop``
+below that of the last build.
+
+Soundness: a step HOLDS only when every leaf meeting X(t) is verified for this step's network
+by sound bounds, by containment in a box verified for a set of networks containing this one,
+or by the Lipschitz test; VIOLATED carries an input of X(t) re-checked by a forward pass.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, fields, replace
+
+import numpy as np
+import torch
+
+from assay._validate import check_float, check_int
+from assay.bounds import IntermediateBounds, lipschitz_bounds, plan_for
+from assay.errors import OptionError, SpecError
+from assay.nn.layers import Conv2d, Linear
+from assay.nn.network import Network
+from assay.sets import Box
+from assay.verify.deadline import Deadline
+from assay.verify.input_split import InputSplitting
+from assay.verify.online.geometry import cells_of, contains, enlarge, hausdorff_excess, leaf_domains, relative_volumes
+from assay.verify.online.leaves import Leaves
+from assay.verify.options import INPUT_SPLIT_MAX_INPUTS, VerifyOptions
+from assay.verify.problem import UnsafeQuery, from_required, from_unsafe
+from assay.verify.result import Counterexample, VerificationStatus
+from assay.verify.search import Branches, SearchOutcome, SearchState, SearchStats, branch_and_bound
+
+__all__ = ["ACCELERATIONS", "OnlineOptions", "OnlineStep", "OnlineVerifier"]
+
+ACCELERATIONS = ("bmi", "rsr", "lb", "bmw", "inn", "ic")
+
+
+@dataclass(frozen=True)
+class OnlineOptions:
+    """How :class:`OnlineVerifier` reuses work from step to step.
+
+    Attributes:
+        accelerations: a subset of :data:`ACCELERATIONS` (see the module docstring); none means
+            every step is verified from scratch (the baseline).
+        max_leaves: the leaf budget of the split tree (the paper uses 250).
+        rsr_offset: RSR's growth of a leaf's domain on the domain's outer faces (input units).
+        inn_factor: INN's interval half-width as a multiple of the largest one-step change seen.
+        lipschitz_norm: ``"inf"`` or ``"2"``: the norm of the Lipschitz test's distance.
+        resplit: split leaves that became open again (within ``max_leaves``).
+        rebuild_drop: rebuild from scratch when coverage falls this far below the last build's
+            (None: never).
+        verify: per-step search options (timeout per step, bound method, dtype, batch size).
+    """
+
+    accelerations: frozenset = frozenset(ACCELERATIONS)
+    max_leaves: int = 1024
+    rsr_offset: float = 1e-3
+    inn_factor: float = 5.0
+    lipschitz_norm: str = "inf"
+    resplit: bool = True
+    rebuild_drop: float | None = 0.01
+    verify: VerifyOptions = field(default_factory=VerifyOptions)
+
+    def __post_init__(self):
+        names = self.accelerations
+        if isinstance(names, str):
+            names = ACCELERATIONS if names == "all" else () if names == "none" else names.replace("+", ",").split(",")
+        names = frozenset(n.strip().lower() for n in names if n.strip())
+        unknown = names - set(ACCELERATIONS)
+        if unknown:
+            raise OptionError(f"unknown acceleration(s) {sorted(unknown)}; known: {', '.join(ACCELERATIONS)} "
+                              f"(or 'all', 'none')")
+        object.__setattr__(self, "accelerations", names)
+        check_int(self.max_leaves, "max_leaves", "OnlineVerifier", minimum=1)
+        check_float(self.rsr_offset, "rsr_offset", "OnlineVerifier", minimum=0.0)
+        check_float(self.inn_factor, "inn_factor", "OnlineVerifier", minimum=1.0)
+        if self.lipschitz_norm not in ("inf", "2"):
+            raise OptionError(f"lipschitz_norm must be 'inf' or '2'; got {self.lipschitz_norm!r}")
+        if self.rebuild_drop is not None:
+            check_float(self.rebuild_drop, "rebuild_drop", "OnlineVerifier", minimum=0.0)
+        if not isinstance(self.verify, VerifyOptions):
+            raise OptionError(f"`verify` must be a VerifyOptions; got {type(self.verify).__name__}")
+
+    @classmethod
+    def build(cls, options: OnlineOptions | None = None, **overrides) -> OnlineOptions:
+        """``options`` with ``overrides``; names of :class:`VerifyOptions` (``timeout=...``) go to ``verify``."""
+        own = {f.name for f in fields(cls)}
+        verify_names = {f.name for f in fields(VerifyOptions)}
+        unknown = set(overrides) - own - verify_names
+        if unknown:
+            raise OptionError(f"unknown online option(s) {sorted(unknown)}; known: {sorted(own | verify_names)}")
+        base = options or cls()
+        verify_overrides = {k: overrides.pop(k) for k in list(overrides) if k in verify_names and k not in own}
+        if verify_overrides:
+            overrides["verify"] = VerifyOptions.build(overrides.get("verify", base.verify), **verify_overrides)
+        return replace(base, **overrides)
+
+
+@dataclass(frozen=True)
+class OnlineStep:
+    """What one step of online verification found and did.
+
+    Attributes:
+        step: 0 for the first verification, then 1, 2, ...
+        status: HOLDS (every leaf meeting X(t) verified), VIOLATED (with ``counterexample``),
+            UNKNOWN (open leaves remain within the leaf budget) or TIMEOUT.
+        coverage: exact volume of the verified part of X(t) / volume of X(t).
+        leaves: leaves of the tree after the step (``active``: those meeting X(t)).
+        reused: leaves whose verdict carried over (domain inside the verified box, same network).
+        skipped: leaves kept by a test instead of bounds: ``{"lb": n, "inn": n}``.
+        recomputed: leaves bounded again; ``resplit``: leaves added by splitting.
+        rebuilt: the tree was built from scratch in this step.
+        domains: boxes bounded in this step; seconds: wall time of the step.
+    """
+
+    step: int
+    status: VerificationStatus
+    coverage: float
+    counterexample: Counterexample | None
+    leaves: int
+    active: int
+    reused: int
+    skipped: dict
+    recomputed: int
+    resplit: int
+    rebuilt: bool
+    domains: int
+    seconds: float
+
+    def to_json(self) -> dict:
+        return {"step": self.step, "status": self.status.value, "coverage": self.coverage,
+                "counterexample": None if self.counterexample is None else self.counterexample.to_json(),
+                "leaves": self.leaves, "active": self.active, "reused": self.reused, "skipped": dict(self.skipped),
+                "recomputed": self.recomputed, "resplit": self.resplit, "rebuilt": self.rebuilt,
+                "domains": self.domains, "seconds": self.seconds}
+
+
+class OnlineVerifier:
+    """Verify "every x in X(t) has f_t(x) in ``spec``" (or avoids ``unsafe``) step after step.
+
+    Args:
+        network: f_0; input_set: X(0), a :class:`~assay.sets.Box` over the network's input.
+        spec / unsafe: the required or the forbidden output region, as for
+            :func:`assay.verify.verify` (exactly one).
+        options: :class:`OnlineOptions`; single options by name override it
+            (``accelerations="bmi,lb,rsr"``, ``max_leaves=250``, ``timeout=30``, ...).
+
+    The first verification runs in the constructor (:attr:`steps` [0]); each :meth:`update`
+    returns the next :class:`OnlineStep`. Input splitting only: networks with at most
+    :data:`~assay.verify.options.INPUT_SPLIT_MAX_INPUTS` inputs.
+    """
+
+    def __init__(self, network: Network, input_set, spec=None, *, unsafe=None, options: OnlineOptions | None = None,
+                 rng: np.random.Generator | None = None, **option_values):
+        self.options = OnlineOptions.build(options, **option_values)
+        if (spec is None) == (unsafe is None):
+            raise OptionError("OnlineVerifier takes exactly one of spec=(required output region) or unsafe=(forbidden outputs)")
+        if network.input_size > INPUT_SPLIT_MAX_INPUTS:
+            raise OptionError(
+                f"online verification splits the input box, which suits networks with at most {INPUT_SPLIT_MAX_INPUTS} "
+                f"inputs; {network.source} has {network.input_size}"
+            )
+        self._spec, self._unsafe = spec, unsafe
+        self.network = network
+        self.lower, self.upper = self._box(input_set)
+        self.steps: list[OnlineStep] = []
+        self._leaves: Leaves | None = None
+        self._built_coverage = 0.0
+        self._max_change: dict[int, float] = {}
+        self._inn: tuple[list, dict[int, float]] | None = None  # (reference parameters, radius per layer)
+        self._lipschitz: tuple[Network, torch.Tensor] | None = None
+        started = time.monotonic()
+        stats = SearchStats()
+        query = self._query(network, self.lower, self.upper)
+        self.steps.append(self._rebuild(query, network, stats, started, step=0))
+
+    @property
+    def leaves(self) -> Leaves:
+        return self._leaves
+
+    # ------------------------------------------------------------------ public step
+    def update(self, input_set=None, *, network: Network | None = None, weights=None) -> OnlineStep:
+        """Move to the next step: a new input domain and/or new weights, then verify.
+
+        Args:
+            input_set: X(t+1) (a Box); None keeps the current one.
+            network: f_{t+1} with the same layers and shapes; or
+            weights: new parameters of the current network: a sequence with one
+                ``(weight, bias)`` per Linear/Conv2d layer in order, or a dict ``{layer index:
+                (weight, bias)}`` for some of them.
+        """
+        started = time.monotonic()
+        if network is not None and weights is not None:
+            raise OptionError("update takes network= or weights=, not both")
+        lower, upper = (self.lower, self.upper) if input_set is None else self._box(input_set)
+        new_network = self.network
+        if network is not None:
+            new_network = _same_architecture(self.network, network)
+        elif weights is not None:
+            new_network = _with_weights(self.network, weights)
+        changed = _first_changed_layer(self.network, new_network)
+        if changed is not None:
+            self._record_change(self.network, new_network)
+        domain_changed = not (torch.equal(lower, self.lower) and torch.equal(upper, self.upper))
+        self.lower, self.upper, self.network = lower, upper, new_network
+        stats = SearchStats()
+        query = self._query(new_network, lower, upper)
+        acc = self.options.accelerations
+        incremental = (not domain_changed or "bmi" in acc) and (changed is None or "bmw" in acc)
+        step = len(self.steps)
+        if not incremental:
+            result = self._rebuild(query, new_network, stats, started, step)
+        else:
+            result = self._incremental(query, new_network, changed, stats, started, step)
+            drop = self.options.rebuild_drop
+            if (drop is not None and result.status not in (VerificationStatus.VIOLATED, VerificationStatus.HOLDS)
+                    and result.coverage < self._built_coverage - drop):
+                result = self._rebuild(query, new_network, stats, started, step)
+        self.steps.append(result)
+        return result
+
+    # ------------------------------------------------------------------ the two kinds of step
+    def _rebuild(self, query, network, stats, started, step) -> OnlineStep:
+        """Verify from scratch: one search from the whole box, within the leaf budget."""
+        infinite = torch.full((1, network.input_size), torch.inf, dtype=torch.float64)
+        root = Leaves(-infinite, infinite, query.lower.unsqueeze(0), query.upper.unsqueeze(0),
+                      torch.zeros(1, dtype=torch.bool), torch.full((1, query.C.shape[0]), torch.inf, dtype=torch.float64),
+                      None, torch.zeros(1, dtype=torch.bool))
+        deadline = Deadline(started + self.options.verify.timeout)
+        outcome, grown = self._search(network, query, root, root.checked_lower, root.checked_upper, None, 0,
+                                      self.options.max_leaves, deadline, stats)
+        self._leaves = grown if grown is not None else root
+        self._inn = None
+        result = self._finish(step, query, outcome, self._leaves.verified, started, stats, reused=0,
+                              skipped={"lb": 0, "inn": 0}, recomputed=1, resplit=len(self._leaves) - 1, rebuilt=True)
+        self._built_coverage = result.coverage
+        return result
+
+    def _incremental(self, query, network, changed, stats, started, step) -> OnlineStep:
+        options, acc = self.options, self.options.accelerations
+        leaves = self._leaves
+        dom_lower, dom_upper, active = leaf_domains(leaves.cell_lower, leaves.cell_upper, query.lower, query.upper)
+        inside = contains(leaves.checked_lower, leaves.checked_upper, dom_lower, dom_upper)
+        deadline = Deadline(started + options.verify.timeout)
+        skipped = {"lb": 0, "inn": 0}
+        if changed is None:
+            reused = leaves.verified & inside & active
+            lb = torch.zeros_like(reused)
+            if "lb" in acc:
+                candidates = leaves.verified & ~inside & active
+                if candidates.any():
+                    distance = hausdorff_excess(dom_lower[candidates], dom_upper[candidates],
+                                                leaves.checked_lower[candidates], leaves.checked_upper[candidates],
+                                                options.lipschitz_norm)
+                    lb[candidates] = self._lipschitz_safe(network, query, leaves.row_upper[candidates], distance)
+            skipped["lb"] = int(lb.sum())
+            keep_verdict = reused | lb
+            verified = leaves.verified  # verdicts stay valid for the same network
+        else:
+            reused = torch.zeros_like(active)
+            if "inn" in acc:
+                if self._inn is None or not self._inside_inn(network):
+                    leaves = self._refresh_inn(query, network, leaves, dom_lower, dom_upper, active, deadline, stats)
+                    inside = contains(leaves.checked_lower, leaves.checked_upper, dom_lower, dom_upper)
+                reused = leaves.inn & inside & active
+                skipped["inn"] = int(reused.sum())
+            keep_verdict = reused
+            # Other verdicts, and bounds after the first changed layer, were for the old network.
+            verified = leaves.verified & leaves.inn
+            if leaves.bounds is not None:
+                fixed = sum(1 for index in network.relu_indices if index < changed)
+                stale = _mask_bounds(leaves.bounds, torch.zeros(len(leaves), dtype=torch.bool), fixed)
+                keep = leaves.inn
+                leaves = replace(leaves, bounds=IntermediateBounds(
+                    tuple(torch.where(_rows(keep, a), a, b) for a, b in zip(leaves.bounds.lower, stale.lower)),
+                    tuple(torch.where(_rows(keep, a), a, b) for a, b in zip(leaves.bounds.upper, stale.upper))))
+        recompute = active & ~keep_verdict
+        kept = leaves.select(~recompute).with_flags(verified=verified[~recompute])
+        roots = leaves.select(recompute)
+        if options.resplit:
+            budget = options.max_leaves - len(kept)
+        else:
+            budget = len(roots)
+        outer_lower, outer_upper = query.lower, query.upper
+        if "rsr" in acc and options.rsr_offset > 0:
+            outer_lower, outer_upper = enlarge(query.lower, query.upper, options.rsr_offset)
+        box_lower, box_upper, _ = leaf_domains(roots.cell_lower, roots.cell_upper, outer_lower, outer_upper)
+        parents, fixed = self._inherited_bounds(network, roots, box_lower, box_upper, changed)
+        outcome, grown = self._search(network, query, roots, box_lower, box_upper, parents, fixed, budget, deadline, stats)
+        if grown is None:  # VIOLATED: the open leaves stay as they were, unverified
+            grown = roots.with_flags(verified=torch.zeros(len(roots), dtype=torch.bool),
+                                     inn=torch.zeros(len(roots), dtype=torch.bool))
+        self._leaves = Leaves.concat([kept, grown])
+        safe_kept = keep_verdict[~recompute] & active[~recompute]
+        safe = torch.cat([safe_kept, grown.verified])
+        return self._finish(step, query, outcome, safe, started, stats,
+                            reused=int(reused.sum()) if changed is None else 0, skipped=skipped,
+                            recomputed=int(recompute.sum()), resplit=max(0, len(grown) - len(roots)), rebuilt=False)
+
+    # ------------------------------------------------------------------ pieces
+    def _search(self, network, query, roots: Leaves, box_lower, box_upper, parents, fixed, budget, deadline, stats):
+        """Bound the root boxes, splitting open ones within ``budget`` leaves; returns
+        (outcome, the new leaves with their cells) — no leaves when a counterexample was found."""
+        if not len(roots):
+            return SearchOutcome(VerificationStatus.HOLDS, None, SearchState(())), roots
+        weights = relative_volumes(box_lower, box_upper, query.lower, query.upper)
+        branches = Branches(box_lower, box_upper, None, parents, weights)
+        strategy = InputSplitting(network, query, method=self.options.verify.method, dtype=self.options.verify.dtype,
+                                  clip=False, fixed_layers=fixed)
+        keep = "with_bounds" if "ic" in self.options.accelerations else True
+        outcome = branch_and_bound(strategy, SearchState.start(branches), deadline,
+                                   batch_size=self.options.verify.batch_size, stats=stats, keep_closed=keep,
+                                   max_leaves=max(budget, len(roots)))
+        if outcome.status is VerificationStatus.VIOLATED:
+            return outcome, None
+        state = outcome.state
+        rows = query.C.shape[0]
+        groups = [(chunk, True) for chunk in state.closed] + [(chunk, False) for chunk in (*state.unresolved, *state.pending)]
+        parts = []
+        for chunk, verified in groups:
+            if not len(chunk):
+                continue
+            cell_lower, cell_upper, _ = cells_of(chunk.lower, chunk.upper, box_lower, box_upper,
+                                                 roots.cell_lower, roots.cell_upper)
+            if chunk.parents is None:
+                chunk = replace(chunk, parents=_no_bounds(network, len(chunk)))
+            parts.append(Leaves.from_branches(chunk, verified, cell_lower, cell_upper, rows))
+        if "ic" not in self.options.accelerations:
+            parts = [replace(p, bounds=None) for p in parts]
+        return outcome, Leaves.concat(parts)
+
+    def _inherited_bounds(self, network, roots: Leaves, box_lower, box_upper, changed):
+        """Pre-activation bounds the roots may start from, and how many layers are exact."""
+        if roots.bounds is None or not len(roots):
+            return None, 0
+        within = contains(roots.checked_lower, roots.checked_upper, box_lower, box_upper)
+        if changed is None:
+            if not within.any():
+                return None, 0
+            return _mask_bounds(roots.bounds, within, 0), 0
+        if "ic" not in self.options.accelerations or not within.all():
+            return None, 0
+        fixed = sum(1 for index in network.relu_indices if index < changed)
+        if fixed == 0:
+            return None, 0
+        return _mask_bounds(roots.bounds, within, fixed), fixed
+
+    def _lipschitz_safe(self, network, query: UnsafeQuery, row_upper, distance) -> torch.Tensor:
+        """(K,) bool: for every conjunction some row stays negative after moving ``distance``."""
+        if self._lipschitz is None or self._lipschitz[0] is not network:
+            self._lipschitz = (network, lipschitz_bounds(network, query.C, self.options.lipschitz_norm))
+        constants = self._lipschitz[1]
+        moved = row_upper + constants.unsqueeze(0) * distance.unsqueeze(1)
+        safe = torch.ones(row_upper.shape[0], dtype=torch.bool)
+        for g in range(query.num_groups):
+            safe &= (moved[:, query.groups == g] < 0).any(1)
+        return safe
+
+    def _record_change(self, old: Network, new: Network):
+        for index, (w_old, b_old), (w_new, b_new) in zip(_affine_indices(old), _parameters(old), _parameters(new)):
+            change = max(_largest_change(w_old, w_new), _largest_change(b_old, b_new))
+            self._max_change[index] = max(self._max_change.get(index, 0.0), change)
+
+    def _inside_inn(self, network) -> bool:
+        reference, radius = self._inn
+        for index, (w_ref, b_ref), (w, b) in zip(_affine_indices(network), reference, _parameters(network)):
+            r = radius.get(index, 0.0)
+            if _largest_change(w_ref, w) > r or _largest_change(b_ref, b) > r:
+                return False
+        return True
+
+    def _refresh_inn(self, query, network, leaves: Leaves, dom_lower, dom_upper, active, deadline, stats) -> Leaves:
+        """Verify the active leaves for every network within the new intervals around ``network``."""
+        radius = {index: self.options.inn_factor * change for index, change in self._max_change.items()}
+        self._inn = (_parameters(network), radius)
+        inn = torch.zeros(len(leaves), dtype=torch.bool)
+        if not active.any():
+            return leaves.with_flags(inn=inn)
+        perturbation = {index: r for index, r in radius.items() if r > 0}
+        strategy = InputSplitting(network, query, method=self.options.verify.method, dtype=self.options.verify.dtype,
+                                  clip=False, weight_perturbation=perturbation or None)
+        weights = relative_volumes(dom_lower[active], dom_upper[active], query.lower, query.upper)
+        bounded = strategy.bound(Branches(dom_lower[active], dom_upper[active], None, None, weights), deadline, stats)
+        closed = bounded.closed
+        inn[active.nonzero().squeeze(1)[closed]] = True
+        if not inn.any():
+            return leaves.with_flags(inn=inn)
+        # Leaves verified for the whole interval: their verified box is now their domain.
+        checked_lower, checked_upper = leaves.checked_lower.clone(), leaves.checked_upper.clone()
+        checked_lower[inn], checked_upper[inn] = dom_lower[inn], dom_upper[inn]
+        row_upper = leaves.row_upper.clone()
+        row_upper[inn] = bounded.branches.row_upper[closed]
+        bounds = leaves.bounds
+        if bounds is not None:  # rows of `inn`, in order, are the closed rows of the bounded batch
+            fresh = bounded.branches.parents.select(closed)
+            lower, upper = [t.clone() for t in bounds.lower], [t.clone() for t in bounds.upper]
+            for k in range(len(lower)):
+                lower[k][inn], upper[k][inn] = fresh.lower[k], fresh.upper[k]
+            bounds = IntermediateBounds(tuple(lower), tuple(upper))
+        verified = leaves.verified | inn
+        return Leaves(leaves.cell_lower, leaves.cell_upper, checked_lower, checked_upper, verified, row_upper, bounds, inn)
+
+    def _finish(self, step, query, outcome, safe, started, stats, *, reused, skipped, recomputed, resplit,
+                rebuilt) -> OnlineStep:
+        """The step's result; ``safe`` (N,) marks the leaves shown safe for this step."""
+        leaves = self._leaves
+        dom_lower, dom_upper, active = leaf_domains(leaves.cell_lower, leaves.cell_upper, query.lower, query.upper)
+        safe = safe & leaves.verified & active
+        coverage = float(relative_volumes(dom_lower[safe], dom_upper[safe], query.lower, query.upper).sum())
+        coverage = min(coverage, 1.0)
+        counterexample = None
+        if outcome.status is VerificationStatus.VIOLATED:
+            status = VerificationStatus.VIOLATED
+            x, y = outcome.found
+            counterexample = Counterexample(x.reshape(self.network.input_shape), y, query.index)
+        elif outcome.status is VerificationStatus.TIMEOUT:
+            status = VerificationStatus.TIMEOUT
+        elif bool((safe | ~active).all()):
+            status = VerificationStatus.HOLDS
+            coverage = 1.0
+        else:
+            status = VerificationStatus.UNKNOWN
+        return OnlineStep(step, status, coverage, counterexample, len(leaves), int(active.sum()), reused, dict(skipped),
+                          recomputed, resplit, rebuilt, stats.domains, time.monotonic() - started)
+
+    def _box(self, input_set) -> tuple[torch.Tensor, torch.Tensor]:
+        lower = torch.as_tensor(getattr(input_set, "lower", None), dtype=torch.float64).reshape(-1)
+        upper = torch.as_tensor(getattr(input_set, "upper", None), dtype=torch.float64).reshape(-1)
+        if lower.numel() != self.network.input_size or upper.shape != lower.shape:
+            raise SpecError(f"the input box has {lower.numel()} values, but {self.network.source} takes "
+                            f"{self.network.input_size} inputs")
+        if not (torch.isfinite(lower).all() and torch.isfinite(upper).all()) or (lower > upper).any():
+            raise SpecError("the input box must have finite bounds with lower ≤ upper")
+        return lower, upper
+
+    def _query(self, network, lower, upper) -> UnsafeQuery:
+        box = Box(lower.reshape(network.input_shape), upper.reshape(network.input_shape))
+        if self._spec is not None:
+            queries = from_required(network, box, self._spec)
+        else:
+            queries = from_unsafe(network, box, self._unsafe)
+        return queries[0]
+
+
+# ---------------------------------------------------------------------------- networks
+def _affine_indices(network: Network) -> list[int]:
+    return [i for i, layer in enumerate(network.layers) if isinstance(layer, (Linear, Conv2d))]
+
+
+def _parameters(network: Network) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    return [(network.layers[i].weight, network.layers[i].bias) for i in _affine_indices(network)]
+
+
+def _largest_change(old: torch.Tensor | None, new: torch.Tensor | None) -> float:
+    if old is None or new is None or old.numel() == 0:
+        return 0.0
+    return float((new - old).abs().max())
+
+
+def _first_changed_layer(old: Network, new: Network) -> int | None:
+    """The index of the first Linear/Conv2d layer whose parameters differ, or None."""
+    if old is new:
+        return None
+    for index, (w_old, b_old), (w_new, b_new) in zip(_affine_indices(old), _parameters(old), _parameters(new)):
+        same_bias = (b_old is None and b_new is None) or (b_old is not None and b_new is not None and torch.equal(b_old, b_new))
+        if not (torch.equal(w_old, w_new) and same_bias):
+            return index
+    return None
+
+
+def _same_architecture(old: Network, new: Network) -> Network:
+    if not isinstance(new, Network):
+        raise OptionError(f"update(network=...) takes an assay Network; got {type(new).__name__}")
+    same = (new.input_shape == old.input_shape and len(new.layers) == len(old.layers)
+            and all(type(a) is type(b) for a, b in zip(old.layers, new.layers))
+            and new.shapes == old.shapes
+            and all(a[0].shape == b[0].shape for a, b in zip(_parameters(old), _parameters(new))))
+    if not same:
+        raise SpecError(f"the updated network ({new.source}) must have the same layers and shapes as {old.source}")
+    return new
+
+
+def _with_weights(network: Network, weights) -> Network:
+    indices = _affine_indices(network)
+    if isinstance(weights, dict):
+        items = dict(weights)
+        unknown = set(items) - set(indices)
+        if unknown:
+            raise OptionError(f"weights names layers {sorted(unknown)}, which are not Linear/Conv2d layers ({indices})")
+    else:
+        weights = list(weights)
+        if len(weights) != len(indices):
+            raise OptionError(f"weights has {len(weights)} entries; the network has {len(indices)} Linear/Conv2d layers")
+        items = dict(zip(indices, weights))
+    layers = list(network.layers)
+    for index, pair in items.items():
+        weight, bias = pair
+        layer = layers[index]
+        weight = torch.as_tensor(weight, dtype=torch.float64)
+        bias = None if bias is None else torch.as_tensor(bias, dtype=torch.float64)
+        if weight.shape != layer.weight.shape or (bias is not None and layer.bias is not None and bias.shape != layer.bias.shape):
+            raise SpecError(f"new weights for layer {index} have shape {tuple(weight.shape)}; expected "
+                            f"{tuple(layer.weight.shape)}")
+        layers[index] = replace(layer, weight=weight, bias=layer.bias if bias is None else bias)
+    return Network(tuple(layers), network.input_shape, network.input_name, network.output_name, network.source)
+
+
+def _no_bounds(network: Network, count: int) -> IntermediateBounds:
+    plan = plan_for(network, torch.float64)
+    shapes = [plan.stages[p].shape for p in plan.relu_positions]
+    return IntermediateBounds(tuple(torch.full((count, *s), -torch.inf, dtype=torch.float64) for s in shapes),
+                              tuple(torch.full((count, *s), torch.inf, dtype=torch.float64) for s in shapes))
+
+
+def _rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A (N,) mask shaped to broadcast over (N, *shape)."""
+    return mask.reshape(-1, *([1] * (like.dim() - 1)))
+
+
+def _mask_bounds(bounds: IntermediateBounds, valid: torch.Tensor, exact_layers: int) -> IntermediateBounds:
+    """The bounds of the valid leaves (±inf for the others); with ``exact_layers`` = k > 0 only
+    the first k layers are kept (later layers belong to changed weights) and become ±inf."""
+    lower, upper = [], []
+    for k, (low, high) in enumerate(zip(bounds.lower, bounds.upper)):
+        keep = _rows(valid, low)
+        if exact_layers and k >= exact_layers:
+            keep = torch.zeros_like(keep)
+        lower.append(torch.where(keep, low, -torch.inf))
+        upper.append(torch.where(keep, high, torch.inf))
+    return IntermediateBounds(tuple(lower), tuple(upper))
