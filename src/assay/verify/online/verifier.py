@@ -50,7 +50,7 @@ from assay.verify.deadline import Deadline
 from assay.verify.input_split import InputSplitting
 from assay.verify.online.geometry import cells_of, contains, enlarge, hausdorff_excess, leaf_domains, relative_volumes
 from assay.verify.online.leaves import Leaves
-from assay.verify.options import INPUT_SPLIT_MAX_INPUTS, VerifyOptions
+from assay.verify.options import VerifyOptions
 from assay.verify.problem import UnsafeQuery, from_required, from_unsafe
 from assay.verify.result import Counterexample, VerificationStatus
 from assay.verify.search import Branches, SearchOutcome, SearchState, SearchStats, branch_and_bound
@@ -171,8 +171,10 @@ class OnlineVerifier:
             (``accelerations="bmi,lb,rsr"``, ``max_leaves=250``, ``timeout=30``, ...).
 
     The first verification runs in the constructor (:attr:`steps` [0]); each :meth:`update`
-    returns the next :class:`OnlineStep`. Input splitting only: networks with at most
-    :data:`~assay.verify.options.INPUT_SPLIT_MAX_INPUTS` inputs.
+    returns the next :class:`OnlineStep`. The leaves are boxes of an input-splitting tree, which
+    suits networks with few inputs (up to :data:`~assay.verify.options.INPUT_SPLIT_MAX_INPUTS`);
+    with more inputs it works while few leaves suffice (properties that bounds prove on large
+    boxes), since each split halves one input only.
     """
 
     def __init__(self, network: Network, input_set, spec=None, *, unsafe=None, options: OnlineOptions | None = None,
@@ -180,11 +182,6 @@ class OnlineVerifier:
         self.options = OnlineOptions.build(options, **option_values)
         if (spec is None) == (unsafe is None):
             raise OptionError("OnlineVerifier takes exactly one of spec=(required output region) or unsafe=(forbidden outputs)")
-        if network.input_size > INPUT_SPLIT_MAX_INPUTS:
-            raise OptionError(
-                f"online verification splits the input box, which suits networks with at most {INPUT_SPLIT_MAX_INPUTS} "
-                f"inputs; {network.source} has {network.input_size}"
-            )
         self._spec, self._unsafe = spec, unsafe
         self.network = network
         self.lower, self.upper = self._box(input_set)
