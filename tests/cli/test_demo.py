@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -11,9 +12,16 @@ from assay.errors import OptionError
 
 
 def test_demo_small_configuration_json(invoke):
-    result = invoke("demo", "--epsilons", "0.01,0.1", "--images", 10, "--methods", "ibp,crown", "--json")
+    result = invoke("demo", "--epsilons", "0.01,0.1", "--images", 10, "--methods", "ibp,crown", "--online-steps", 1,
+                    "--json")
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
+    online = payload["online"]
+    assert [row["step"] for row in online["steps"]] == [0, 1]
+    assert online["steps"][1]["epsilon"] == pytest.approx(online["epsilon"] + online["growth"])
+    for row in online["steps"]:  # reuse changes the work, never the verdict (both runs are sound and complete here)
+        assert row["online"]["status"] == row["scratch"]["status"] == "holds"
+    assert online["online_update_seconds"] > 0 and online["scratch_update_seconds"] > 0
     assert payload["test_accuracy"] > 0.9 and payload["images"] == 10
     rows = {(row["epsilon"], row["method"]): row for row in payload["rows"]}
     assert set(rows) == {(e, m) for e in (0.01, 0.1) for m in ("ibp", "crown", "pgd")}
@@ -25,10 +33,17 @@ def test_demo_small_configuration_json(invoke):
 
 
 def test_demo_table(invoke):
-    result = invoke("demo", "--epsilons", "0.05", "--images", 5, "--methods", "crown,alpha")
+    result = invoke("demo", "--epsilons", "0.05", "--images", 5, "--methods", "crown,alpha", "--online-steps", 2)
     assert result.exit_code == 0, result.output
     for text in ("CROWN", "α-CROWN", "PGD attack", "certified", "falsified", "test accuracy"):
         assert text in result.stdout
+    text = " ".join(result.stdout.split())
+    for fragment in ("Online verification", "from scratch", "reusing leaves vs"):
+        assert fragment in text
+    assert re.search(r"\d\.\d× (faster|slower)", text)
+    assert len([line for line in result.stdout.splitlines() if line.split()[:1] in (["0"], ["1"], ["2"])]) == 3
+    skipped = invoke("demo", "--epsilons", "0.05", "--images", 2, "--methods", "ibp", "--online-steps", 0)
+    assert skipped.exit_code == 0 and "Online verification" not in skipped.stdout
 
 
 def test_run_demo_certified_and_falsified_are_disjoint():
@@ -42,5 +57,7 @@ def test_run_demo_certified_and_falsified_are_disjoint():
 def test_demo_bad_options(invoke):
     result = invoke("demo", "--epsilons", "wide")
     assert result.exit_code == 2 and "--epsilons" in result.stderr
+    result = invoke("demo", "--online-steps", -1)
+    assert result.exit_code == 2 and "--online-steps must be ≥ 0" in result.stderr
     with pytest.raises(OptionError, match="methods"):
         run_demo(methods=("exact",))

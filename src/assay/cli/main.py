@@ -11,7 +11,7 @@ from __future__ import annotations
 import typer
 
 import assay
-from assay.cli import bounds_cmd, demo_cmd, info_cmd, knn_cmd, monitor_cmd, verify_cmd
+from assay.cli import bounds_cmd, demo_cmd, info_cmd, knn_cmd, monitor_cmd, verify_cmd, verify_online_cmd
 from assay.cli._common import handle_errors
 
 __all__ = ["app"]
@@ -50,6 +50,7 @@ def _register(function, name: str) -> None:
 _register(info_cmd.info, "info")
 _register(bounds_cmd.bounds, "bounds")
 _register(verify_cmd.verify, "verify")
+_register(verify_online_cmd.verify_online, "verify-online")
 _register(monitor_cmd.monitor, "monitor")
 _register(demo_cmd.demo, "demo")
 _register(knn_cmd.knn_fairness, "knn-fairness")
