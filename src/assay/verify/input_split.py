@@ -135,7 +135,9 @@ class InputSplitting:
         # |A|·width by far on ACAS Xu: the looseness lives in the unstable ReLUs, which
         # |A| does not see (1_3 prop 1: 133 boxes against > 160,000 undecided).
         width = upper - lower
-        score = gradient_bounds(self.network, self.query.C[bounded.payload.rows], boxes.parents).inputs * width
+        # The payload has a row per box left open by `bound`; the search may split fewer of them.
+        rows = bounded.payload.rows[open_[~bounded.closed]]
+        score = gradient_bounds(self.network, self.query.C[rows], boxes.parents).inputs * width
         dim = score.argmax(1)
         arange = torch.arange(lower.shape[0])
         middle = (lower[arange, dim] + upper[arange, dim]) / 2

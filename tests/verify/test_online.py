@@ -1,0 +1,282 @@
+"""Online verification: every HOLDS step is re-checked from scratch and by sampling, every
+VIOLATED step carries a re-checked counterexample, for every combination of accelerations;
+the Lipschitz distance and the INN containment test are pinned where they would go wrong."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from assay.bounds import compute_bounds, lipschitz_bounds
+from assay.errors import OptionError, SpecError
+from assay.nn import Linear, Network, ReLU
+from assay.sets import Box
+from assay.sets.spec import HalfSpaces, OutputSpec
+from assay.verify import VerificationStatus, verify
+from assay.verify.deadline import Deadline
+from assay.verify.input_split import InputSplitting
+from assay.verify.online import ACCELERATIONS, OnlineVerifier
+from assay.verify.online.geometry import hausdorff_excess, relative_volumes
+from assay.verify.problem import from_required
+from assay.verify.search import Branches, SearchState, SearchStats, branch_and_bound
+
+HOLDS, VIOLATED = VerificationStatus.HOLDS, VerificationStatus.VIOLATED
+
+
+def random_network(seed: int, widths=(3, 12, 12, 2)) -> Network:
+    rng = np.random.default_rng(seed)
+    layers = []
+    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+        layers.append(Linear(torch.as_tensor(rng.normal(0, 1 / np.sqrt(a), (b, a))), torch.as_tensor(rng.normal(0, 0.1, b))))
+        if i < len(widths) - 2:
+            layers.append(ReLU())
+    return Network(tuple(layers), (widths[0],))
+
+
+def box(lower, upper) -> Box:
+    return Box(torch.as_tensor(lower, dtype=torch.float64), torch.as_tensor(upper, dtype=torch.float64))
+
+
+def perturbed(network: Network, rng, scale: float, last_only: bool) -> Network:
+    layers = list(network.layers)
+    affine = [i for i, layer in enumerate(layers) if isinstance(layer, Linear)]
+    for i in affine[-1:] if last_only else affine:
+        layer = layers[i]
+        layers[i] = Linear(layer.weight + scale * torch.as_tensor(rng.normal(size=tuple(layer.weight.shape))),
+                           layer.bias + scale * torch.as_tensor(rng.normal(size=tuple(layer.bias.shape))))
+    return Network(tuple(layers), network.input_shape)
+
+
+def upper_limit_spec(threshold: float) -> OutputSpec:
+    """y_0 ≤ threshold (one row: threshold − y_0 ≥ 0)."""
+    return OutputSpec((HalfSpaces(torch.tensor([[-1.0, 0.0]], dtype=torch.float64), torch.tensor([threshold]),),))
+
+
+def sampled_violation(network, lower, upper, spec, rng, count=20_000) -> bool:
+    x = torch.as_tensor(rng.uniform(lower.numpy(), upper.numpy(), size=(count, lower.numel())))
+    corners = torch.as_tensor(list(itertools.product(*zip(lower.tolist(), upper.tolist()))), dtype=torch.float64)
+    y = network.forward(torch.cat([x, corners]))
+    return bool((~spec.contains(y)).any())
+
+
+def check_step(step, network, input_box, spec, rng):
+    """The standard every step of every stream must meet."""
+    if step.status is HOLDS:
+        assert step.coverage == 1.0
+        reference = verify(network, input_box, spec=spec, timeout=60, attack_restarts=8)
+        assert reference.status is HOLDS, f"online HOLDS, from scratch {reference.status.value}"
+        assert not sampled_violation(network, input_box.lower.reshape(-1), input_box.upper.reshape(-1), spec, rng)
+    elif step.status is VIOLATED:
+        x = step.counterexample.input.reshape(1, -1)
+        assert bool(((input_box.lower.reshape(-1) <= x) & (x <= input_box.upper.reshape(-1))).all())
+        assert not bool(spec.contains(network.forward(x))[0])
+    else:
+        assert 0.0 <= step.coverage < 1.0 or step.status is VerificationStatus.TIMEOUT
+
+
+COMBINATIONS = ["none", "all"] + list(ACCELERATIONS) + ["bmi,lb", "bmi,rsr", "bmi,lb,rsr", "bmw,inn", "bmw,ic",
+                                                         "bmw,inn,ic", "bmi,lb,rsr,bmw,inn"]
+
+
+def random_stream(seed: int, steps: int):
+    """Domain moves (grow, shrink, shift) and weight updates (all layers or the last), mixed."""
+    rng = np.random.default_rng(seed)
+    lower, upper = -0.5 * np.ones(3), 0.5 * np.ones(3)
+    for _ in range(steps):
+        kind = rng.choice(["grow", "shrink", "move", "weights", "last", "both"])
+        if kind in ("grow", "both"):
+            dim = rng.integers(3)
+            lower[dim] -= rng.uniform(0, 0.03)
+            upper[dim] += rng.uniform(0, 0.03)
+        elif kind == "shrink":
+            lower, upper = lower + rng.uniform(0, 0.02, 3), upper - rng.uniform(0, 0.02, 3)
+        elif kind == "move":
+            shift = rng.uniform(-0.03, 0.03, 3)
+            lower, upper = lower + shift, upper + shift
+        yield kind, lower.copy(), upper.copy()
+
+
+@pytest.mark.parametrize(("accelerations", "seed"), [(name, number % 3) for number, name in enumerate(COMBINATIONS)])
+def test_every_step_of_a_random_stream_is_confirmed(accelerations, seed):
+    rng = np.random.default_rng(100 + seed)
+    network = random_network(seed)
+    start = box(-0.5 * np.ones(3), 0.5 * np.ones(3))
+    # A threshold just above the sampled maximum: some steps hold, some are violated.
+    y = network.forward(torch.as_tensor(rng.uniform(-0.55, 0.55, (50_000, 3))))
+    spec = upper_limit_spec(float(y[:, 0].max()) - 0.01 * seed)
+    online = OnlineVerifier(network, start, spec=spec, accelerations=accelerations, max_leaves=64, timeout=30)
+    check_step(online.steps[0], network, start, spec, rng)
+    seen = set()
+    for kind, lower, upper in random_stream(seed, 10):
+        current = online.network
+        if kind in ("weights", "last", "both"):
+            current = perturbed(current, rng, 3e-3, last_only=kind == "last")
+        step = online.update(box(lower, upper), network=current)
+        check_step(step, current, box(lower, upper), spec, rng)
+        seen.add(step.status)
+    assert seen & {HOLDS, VIOLATED}, "the stream should decide some steps"
+
+
+def test_leaves_partition_the_domain_after_every_step():
+    network = random_network(3)
+    spec = upper_limit_spec(10.0)
+    online = OnlineVerifier(network, box(-np.ones(3), np.ones(3)), spec=spec, accelerations="all", max_leaves=40)
+    for lower, upper in [(-1.1 * np.ones(3), np.ones(3)), (np.array([-1.0, -0.5, -2.0]), np.array([0.3, 1.5, 1.0]))]:
+        step = online.update(box(lower, upper))
+        leaves = online.leaves
+        lo = torch.maximum(leaves.cell_lower, torch.as_tensor(lower))
+        hi = torch.minimum(leaves.cell_upper, torch.as_tensor(upper))
+        active = (lo <= hi).all(1)
+        total = relative_volumes(lo[active], hi[active], torch.as_tensor(lower), torch.as_tensor(upper)).sum()
+        assert float(total) == pytest.approx(1.0, abs=1e-12)
+        assert step.status is HOLDS and step.coverage == 1.0
+
+
+def test_a_reused_step_does_no_bound_work_and_is_reported():
+    network = random_network(4)
+    spec = upper_limit_spec(10.0)
+    online = OnlineVerifier(network, box(-np.ones(3), np.ones(3)), spec=spec, accelerations="bmi")
+    step = online.update(box(-0.9 * np.ones(3), 0.9 * np.ones(3)))  # shrinks: every leaf is inside its verified box
+    assert step.status is HOLDS and step.domains == 0 and step.recomputed == 0 and step.reused == step.active
+
+
+# ---------------------------------------------------------------------------- the Lipschitz test
+def test_directed_hausdorff_distance_counts_corners():
+    old_lower, old_upper = torch.zeros(1, 2, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64)
+    new_lower, new_upper = torch.zeros(1, 2, dtype=torch.float64), torch.full((1, 2), 1.1, dtype=torch.float64)
+    assert float(hausdorff_excess(new_lower, new_upper, old_lower, old_upper, "inf")) == pytest.approx(0.1)
+    # The corner (1.1, 1.1) is 0.1·√2 from the old box, not 0.1.
+    assert float(hausdorff_excess(new_lower, new_upper, old_lower, old_upper, "2")) >= 0.1 * math.sqrt(2)
+    # Shrinking and moving inside: no distance; a move out on one side only: that side.
+    assert float(hausdorff_excess(old_lower + 0.2, old_upper - 0.2, old_lower, old_upper, "2")) == 0.0
+    shift = torch.tensor([[0.3, 0.0]], dtype=torch.float64)
+    moved = hausdorff_excess(old_lower + shift, old_upper + shift,
+                             old_lower, old_upper, "2")
+    assert float(moved) == pytest.approx(0.3, rel=1e-12)
+
+
+def two_relu_sum() -> Network:
+    """y = relu(x_1) + relu(x_2) (and a second output 0): ℓ2 Lipschitz constant exactly √2."""
+    return Network((Linear(torch.eye(2, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)), ReLU(),
+                    Linear(torch.tensor([[1.0, 1.0], [0.0, 0.0]], dtype=torch.float64), torch.zeros(2, dtype=torch.float64))),
+                   (2,))
+
+
+@pytest.mark.parametrize("norm", ["2", "inf"])
+def test_lipschitz_skip_is_not_fooled_by_a_corner(norm):
+    """[0,1]² grows to [0,1.1]²: max y goes from 2 to 2.2. With y ≤ 2.17 required, a skip
+    that reads the distance as 0.1 (not 0.1·√2 at the corner) would claim 2 + √2·0.1 < 2.17."""
+    network = two_relu_sum()
+    spec = upper_limit_spec(2.17)
+    online = OnlineVerifier(network, box([0.0, 0.0], [1.0, 1.0]), spec=spec, accelerations="bmi,lb",
+                            lipschitz_norm=norm, max_leaves=8)
+    assert online.steps[0].status is HOLDS
+    step = online.update(box([0.0, 0.0], [1.1, 1.1]))
+    assert step.status is VIOLATED and step.skipped["lb"] == 0
+    check_step(step, network, box([0.0, 0.0], [1.1, 1.1]), spec, np.random.default_rng(0))
+    # A small enough move is skipped by the test, soundly.
+    online = OnlineVerifier(network, box([0.0, 0.0], [1.0, 1.0]), spec=spec, accelerations="bmi,lb",
+                            lipschitz_norm=norm, max_leaves=8)
+    step = online.update(box([0.0, 0.0], [1.05, 1.05]))
+    assert step.status is HOLDS and step.skipped["lb"] >= 1 and step.domains == 0
+
+
+@pytest.mark.parametrize("norm", ["inf", "2"])
+def test_lipschitz_bounds_hold_on_random_pairs(norm):
+    network = random_network(5, widths=(4, 16, 16, 3))
+    rows = torch.tensor([[1.0, -2.0, 0.5], [0.0, 1.0, 0.0]], dtype=torch.float64)
+    constants = lipschitz_bounds(network, rows, norm)
+    rng = np.random.default_rng(0)
+    x = torch.as_tensor(rng.normal(size=(5000, 4)))
+    x2 = x + torch.as_tensor(rng.normal(scale=0.3, size=(5000, 4)))
+    change = ((network.forward(x) - network.forward(x2)) @ rows.T).abs()
+    distance = (x - x2).abs().amax(1) if norm == "inf" else (x - x2).norm(dim=1)
+    ratio = change / distance.unsqueeze(1)
+    assert bool((ratio <= constants).all())
+    assert bool((ratio.amax(0) >= 0.05 * constants).all())  # and not absurdly loose
+
+
+# ---------------------------------------------------------------------------- INN
+@pytest.mark.parametrize("where", ["last bias", "first weight"])
+def test_inn_skips_only_networks_inside_its_intervals(where):
+    """After a tiny update sets the intervals, an update that leaves them by one parameter
+    and breaks the property must be verified again (and found violated), not skipped."""
+    network = random_network(6)
+    rng = np.random.default_rng(6)
+    start = box(-0.5 * np.ones(3), 0.5 * np.ones(3))
+    y = network.forward(torch.as_tensor(rng.uniform(-0.5, 0.5, (50_000, 3))))
+    spec = upper_limit_spec(float(y[:, 0].max()) + 0.05)
+    online = OnlineVerifier(network, start, spec=spec, accelerations="bmw,inn", max_leaves=64)
+    assert online.steps[0].status is HOLDS
+    small = perturbed(network, rng, 1e-5, last_only=False)
+    step = online.update(network=small)
+    assert step.status is HOLDS
+    step = online.update(network=perturbed(small, rng, 1e-6, last_only=False))  # inside the intervals
+    assert step.status is HOLDS and step.skipped["inn"] > 0 and step.recomputed == step.active - step.skipped["inn"]
+    layers = list(online.network.layers)
+    if where == "last bias":
+        last = layers[-1]
+        layers[-1] = Linear(last.weight, last.bias + torch.tensor([0.5, 0.0], dtype=torch.float64))
+    else:  # the first layer's weights, far outside their intervals (the last layer untouched)
+        first = layers[0]
+        layers[0] = Linear(4.0 * first.weight, first.bias)
+    broken = Network(tuple(layers), network.input_shape)
+    truth = verify(broken, start, spec=spec, timeout=60)
+    assert truth.status is VIOLATED
+    step = online.update(network=broken)
+    assert step.skipped["inn"] == 0 and step.status is VIOLATED
+    check_step(step, broken, start, spec, rng)
+
+
+# ---------------------------------------------------------------------------- engine and search pieces
+def test_fixed_layers_reuse_bounds_of_unchanged_layers_soundly():
+    network = random_network(7, widths=(3, 16, 16, 2))
+    lower, upper = -torch.ones(1, 3, dtype=torch.float64), torch.ones(1, 3, dtype=torch.float64)
+    first = compute_bounds(network, (lower, upper), method="crown")
+    layers = list(network.layers)
+    layers[-1] = Linear(layers[-1].weight * 1.1, layers[-1].bias + 0.05)
+    tuned = Network(tuple(layers), network.input_shape)
+    again = compute_bounds(tuned, (lower, upper), method="crown", intermediate=first.intermediate, fixed_layers=2)
+    fresh = compute_bounds(tuned, (lower, upper), method="crown")
+    assert torch.allclose(again.lower, fresh.lower, atol=1e-9) and torch.allclose(again.upper, fresh.upper, atol=1e-9)
+    y = tuned.forward(torch.as_tensor(np.random.default_rng(0).uniform(-1, 1, (20_000, 3))))
+    assert bool((y >= again.lower).all() and (y <= again.upper).all())
+    with pytest.raises(OptionError, match="fixed_layers"):
+        compute_bounds(tuned, (lower, upper), method="crown", fixed_layers=1)
+
+
+def test_a_leaf_budget_keeps_a_partition_and_answers_unknown():
+    network = random_network(8)
+    query = from_required(network, box(-np.ones(3), np.ones(3)), upper_limit_spec(-5.0))  # hopeless: never closed
+    query = query[0]
+    strategy = InputSplitting(network, query, method="crown", clip=False)
+    root = Branches(query.lower.unsqueeze(0), query.upper.unsqueeze(0), None, None, torch.ones(1, dtype=torch.float64))
+    stats = SearchStats()
+    outcome = branch_and_bound(strategy, SearchState.start(root), Deadline(), batch_size=64, stats=stats,
+                               keep_closed=True, max_leaves=20)
+    state = outcome.state
+    assert outcome.status in (VerificationStatus.UNKNOWN, VIOLATED)
+    if outcome.status is VerificationStatus.UNKNOWN:
+        leaves = Branches.concat([*state.closed, *state.unresolved])
+        assert len(leaves) <= 20 and state.pending_count == 0
+        assert float(leaves.weight.sum()) == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(ValueError, match="keep_closed"):
+        branch_and_bound(strategy, SearchState.start(root), Deadline(), batch_size=64, stats=stats, max_leaves=20)
+
+
+def test_bad_input_is_a_clear_error():
+    network = random_network(9)
+    spec = upper_limit_spec(10.0)
+    with pytest.raises(OptionError, match="unknown acceleration"):
+        OnlineVerifier(network, box(-np.ones(3), np.ones(3)), spec=spec, accelerations="bmi,warp")
+    online = OnlineVerifier(network, box(-np.ones(3), np.ones(3)), spec=spec)
+    with pytest.raises(SpecError, match="3 inputs"):
+        online.update(box(-np.ones(4), np.ones(4)))
+    with pytest.raises(OptionError, match="Linear/Conv2d layers"):
+        online.update(weights=[(torch.zeros(12, 3), torch.zeros(12))])
+    with pytest.raises(SpecError, match="same layers"):
+        online.update(network=random_network(9, widths=(3, 8, 2)))
