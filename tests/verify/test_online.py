@@ -63,6 +63,35 @@ def sampled_violation(network, lower, upper, spec, rng, count=20_000) -> bool:
     return bool((~spec.contains(y)).any())
 
 
+def pre_activations(network: Network, x: torch.Tensor) -> list[torch.Tensor]:
+    values = []
+    for index, layer in enumerate(network.layers):
+        if isinstance(layer, ReLU):
+            values.append(x)
+        x = network.apply_layer(index, x)
+    return values
+
+
+def check_leaves(online: OnlineVerifier, network: Network, rng, per_leaf: int = 64):
+    """What the verifier keeps must hold for the current network: every verified leaf's row
+    bounds on its verified box, and every leaf's pre-activation bounds (layers that may be
+    stale are ±inf), checked on points sampled in each leaf's verified box."""
+    leaves = online.leaves
+    lower, upper = leaves.checked_lower, leaves.checked_upper
+    u = torch.as_tensor(rng.uniform(size=(len(leaves), per_leaf, lower.shape[1])))
+    x = (lower.unsqueeze(1) + u * (upper - lower).unsqueeze(1)).reshape(-1, lower.shape[1])
+    query = from_required(network, Box(online.lower, online.upper), online._spec)[0]
+    rows = (network.forward(x) @ query.C.T + query.d).reshape(len(leaves), per_leaf, -1)
+    verified = leaves.verified
+    assert bool((rows[verified] <= leaves.row_upper[verified].unsqueeze(1) + 1e-9).all()), "a stored row bound fails"
+    if leaves.bounds is not None:
+        for k, value in enumerate(pre_activations(network, x)):
+            value = value.reshape(len(leaves), per_leaf, -1)
+            lo = leaves.bounds.lower[k].reshape(len(leaves), 1, -1)
+            hi = leaves.bounds.upper[k].reshape(len(leaves), 1, -1)
+            assert bool(((value >= lo - 1e-9) & (value <= hi + 1e-9)).all()), f"stored bounds of ReLU layer {k} fail"
+
+
 def check_step(step, network, input_box, spec, rng):
     """The standard every step of every stream must meet."""
     if step.status is HOLDS:
@@ -117,8 +146,30 @@ def test_every_step_of_a_random_stream_is_confirmed(accelerations, seed):
             current = perturbed(current, rng, 3e-3, last_only=kind == "last")
         step = online.update(box(lower, upper), network=current)
         check_step(step, current, box(lower, upper), spec, rng)
+        check_leaves(online, current, rng)
         seen.add(step.status)
     assert seen & {HOLDS, VIOLATED}, "the stream should decide some steps"
+
+
+def test_bounds_kept_for_leaves_off_the_domain_are_renewed_after_an_update():
+    """Leaves outside the domain are not bounded at a network update; what they keep from the
+    old network (pre-activation bounds after the changed layer) must not be used later."""
+    network = random_network(10)
+    rng = np.random.default_rng(10)
+    start = box(-np.ones(3), np.ones(3))
+    y = network.forward(torch.as_tensor(rng.uniform(-1, 1, (50_000, 3))))
+    spec = upper_limit_spec(float(y[:, 0].max()) + 0.02)
+    online = OnlineVerifier(network, start, spec=spec, accelerations="bmi,bmw,ic", max_leaves=64)
+    assert len(online.leaves) > 4
+    online.update(box(0.8 * np.ones(3), np.ones(3)))  # most leaves leave the domain
+    layers = list(network.layers)
+    layers[2] = Linear(layers[2].weight, layers[2].bias + 1.0)  # the second hidden layer moves
+    updated = Network(tuple(layers), network.input_shape)
+    online.update(network=updated)
+    check_leaves(online, updated, rng)
+    step = online.update(start)  # back to the whole domain, same network
+    check_step(step, updated, start, spec, rng)
+    check_leaves(online, updated, rng)
 
 
 def test_leaves_partition_the_domain_after_every_step():

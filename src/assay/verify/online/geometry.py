@@ -55,8 +55,11 @@ def relative_volumes(lower, upper, domain_lower, domain_upper) -> torch.Tensor:
 
 
 def enlarge(lower, upper, offset: float):
-    """The box grown by ``offset`` on every side (RSR's relaxed domain)."""
-    return lower - offset, upper + offset
+    """The box grown by ``offset`` on both sides of every input that varies (RSR's relaxed
+    domain); inputs fixed to one value (lower = upper, e.g. pixels outside a patch) stay fixed:
+    widening them would make the box a higher-dimensional one, far harder to verify."""
+    varies = upper > lower
+    return torch.where(varies, lower - offset, lower), torch.where(varies, upper + offset, upper)
 
 
 def cells_of(lower, upper, root_lower, root_upper, root_cell_lower, root_cell_upper):

@@ -53,9 +53,10 @@ class Leaves:
 
     @staticmethod
     def concat(parts: list[Leaves]) -> Leaves:
-        parts = [p for p in parts if len(p)]
-        if len(parts) == 1:
-            return parts[0]
+        nonempty = [p for p in parts if len(p)]
+        if len(nonempty) <= 1:
+            return nonempty[0] if nonempty else parts[0]
+        parts = nonempty
         bounds = None
         if all(p.bounds is not None for p in parts):
             layers = range(len(parts[0].bounds.lower))

@@ -9,8 +9,9 @@ bounded again that stay open are split further within a leaf budget. The acceler
 
 * ``bmi`` — domain shift: leaves are cells of the split tree; a leaf whose new domain
   (cell ∩ X(t)) lies inside the box it was verified on keeps its verdict.
-* ``rsr`` — leaves are verified on their domain grown by ``rsr_offset`` on the domain's outer
-  faces, so that small shifts stay inside the verified box.
+* ``rsr`` — a leaf is first bounded on its domain grown by ``rsr_offset`` (on the domain's
+  outer faces, in the inputs that vary), so that small shifts stay inside the verified box; a
+  leaf not verified there is searched on its exact domain.
 * ``lb``  — a verified leaf whose domain moved by at most h (the exact directed Hausdorff
   distance to its verified box) stays verified when, for every conjunction of the unsafe
   query, some row i has upper bound u_i + L_i·h < 0, with L_i a sound global Lipschitz
@@ -303,15 +304,17 @@ class OnlineVerifier:
             budget = options.max_leaves - len(kept)
         else:
             budget = len(roots)
-        outer_lower, outer_upper = query.lower, query.upper
-        if "rsr" in acc and options.rsr_offset > 0:
-            outer_lower, outer_upper = enlarge(query.lower, query.upper, options.rsr_offset)
-        box_lower, box_upper, _ = leaf_domains(roots.cell_lower, roots.cell_upper, outer_lower, outer_upper)
+        relaxed = roots.select(torch.zeros(len(roots), dtype=torch.bool))
+        if "rsr" in acc and options.rsr_offset > 0 and len(roots):
+            relaxed, roots = self._relaxed_first(query, network, roots, changed, deadline, stats)
+            budget -= len(relaxed)
+        box_lower, box_upper, _ = leaf_domains(roots.cell_lower, roots.cell_upper, query.lower, query.upper)
         parents, fixed = self._inherited_bounds(network, roots, box_lower, box_upper, changed)
         outcome, grown = self._search(network, query, roots, box_lower, box_upper, parents, fixed, budget, deadline, stats)
         if grown is None:  # VIOLATED: the open leaves stay as they were, unverified
             grown = roots.with_flags(verified=torch.zeros(len(roots), dtype=torch.bool),
                                      inn=torch.zeros(len(roots), dtype=torch.bool))
+        grown = Leaves.concat([relaxed, grown])
         self._leaves = Leaves.concat([kept, grown])
         safe_kept = keep_verdict[~recompute] & active[~recompute]
         safe = torch.cat([safe_kept, grown.verified])
@@ -320,6 +323,27 @@ class OnlineVerifier:
                             recomputed=int(recompute.sum()), resplit=max(0, len(grown) - len(roots)), rebuilt=False)
 
     # ------------------------------------------------------------------ pieces
+    def _strategy(self, network, query, fixed: int = 0, weight_perturbation=None) -> InputSplitting:
+        """Input splitting that keeps boxes whole, so that leaves stay a partition."""
+        return InputSplitting(network, query, method=self.options.verify.method, dtype=self.options.verify.dtype,
+                              clip=False, fixed_layers=fixed, weight_perturbation=weight_perturbation)
+
+    def _relaxed_first(self, query, network, roots: Leaves, changed, deadline, stats) -> tuple[Leaves, Leaves]:
+        """RSR: bound each root on its domain grown by ``rsr_offset``; returns (the roots verified
+        there, as leaves whose verified box is the grown one; the roots still to search)."""
+        grown_lower, grown_upper = enlarge(query.lower, query.upper, self.options.rsr_offset)
+        box_lower, box_upper, _ = leaf_domains(roots.cell_lower, roots.cell_upper, grown_lower, grown_upper)
+        parents, fixed = self._inherited_bounds(network, roots, box_lower, box_upper, changed)
+        weights = relative_volumes(box_lower, box_upper, query.lower, query.upper)
+        bounded = self._strategy(network, query, fixed).bound(Branches(box_lower, box_upper, None, parents, weights),
+                                                              deadline, stats)
+        closed = bounded.closed
+        relaxed = Leaves.from_branches(bounded.branches.select(closed), True, roots.cell_lower[closed],
+                                       roots.cell_upper[closed], query.C.shape[0])
+        if "ic" not in self.options.accelerations:
+            relaxed = replace(relaxed, bounds=None)
+        return relaxed, roots.select(~closed)
+
     def _search(self, network, query, roots: Leaves, box_lower, box_upper, parents, fixed, budget, deadline, stats):
         """Bound the root boxes, splitting open ones within ``budget`` leaves; returns
         (outcome, the new leaves with their cells) — no leaves when a counterexample was found."""
@@ -327,8 +351,7 @@ class OnlineVerifier:
             return SearchOutcome(VerificationStatus.HOLDS, None, SearchState(())), roots
         weights = relative_volumes(box_lower, box_upper, query.lower, query.upper)
         branches = Branches(box_lower, box_upper, None, parents, weights)
-        strategy = InputSplitting(network, query, method=self.options.verify.method, dtype=self.options.verify.dtype,
-                                  clip=False, fixed_layers=fixed)
+        strategy = self._strategy(network, query, fixed)
         keep = "with_bounds" if "ic" in self.options.accelerations else True
         outcome = branch_and_bound(strategy, SearchState.start(branches), deadline,
                                    batch_size=self.options.verify.batch_size, stats=stats, keep_closed=keep,
@@ -399,8 +422,7 @@ class OnlineVerifier:
         if not active.any():
             return leaves.with_flags(inn=inn)
         perturbation = {index: r for index, r in radius.items() if r > 0}
-        strategy = InputSplitting(network, query, method=self.options.verify.method, dtype=self.options.verify.dtype,
-                                  clip=False, weight_perturbation=perturbation or None)
+        strategy = self._strategy(network, query, weight_perturbation=perturbation or None)
         weights = relative_volumes(dom_lower[active], dom_upper[active], query.lower, query.upper)
         bounded = strategy.bound(Branches(dom_lower[active], dom_upper[active], None, None, weights), deadline, stats)
         closed = bounded.closed
