@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO_ROOT, data_dir, markdown_table, write_results  # noqa: E402
 
 
-def worker(instances: list[tuple[str, str, float]]) -> None:
+def worker(instances: list[tuple[str, str, float]], timeout_scale: float = 1.0) -> None:
     """Run inside one worktree's interpreter: verify each instance, print one JSON line."""
     import numpy as np
     import torch
@@ -54,7 +54,7 @@ def worker(instances: list[tuple[str, str, float]]) -> None:
         network = load(folder / network_file)
         prop = read_vnnlib(folder / property_file, num_inputs=network.input_size, num_outputs=network.output_size)
         started = time.perf_counter()
-        result = verify_vnnlib(network, prop, timeout=timeout, rng=np.random.default_rng(0))
+        result = verify_vnnlib(network, prop, timeout=timeout * timeout_scale, rng=np.random.default_rng(0))
         seconds = time.perf_counter() - started
         stats = result.stats
         domains = stats["domains"] if isinstance(stats, dict) else stats.domains
@@ -95,7 +95,10 @@ def run_worker(tree: Path, spec: str, callgrind: Path | None = None) -> dict:
                OPENBLAS_NUM_THREADS="1")
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", "--instances", spec]
     if callgrind is not None:
-        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={callgrind}"] + command
+        # valgrind slows the verifier ~50×: without more time every instance would time out,
+        # and a search cut by its deadline does an amount of work that depends on the clock.
+        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={callgrind}"] + command + [
+            "--timeout-scale", "1000"]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"worker for {tree} failed:\n{done.stderr[-3000:]}")
@@ -132,10 +135,11 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds for --measure wall")
     parser.add_argument("--name", default="compare_commits")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--timeout-scale", type=float, default=1.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     rows = pick(args.instances)
     if args.worker:
-        worker(rows)
+        worker(rows, args.timeout_scale)
         return 0
 
     if not args.base:
