@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.optimize import linprog
 
+from assay._lp import linprog
 from assay.errors import DataError, SpecError
 from assay.sets.box import Box, as_float64
 

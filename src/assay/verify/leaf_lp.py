@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from scipy.optimize import linprog
 
+from assay._lp import linprog
 from assay.bounds import affine_forms, pattern_lower_bound
 from assay.nn.network import Network
 from assay.verify.attack import confirm
