@@ -172,6 +172,23 @@ def test_bounds_kept_for_leaves_off_the_domain_are_renewed_after_an_update():
     check_leaves(online, updated, rng)
 
 
+def test_incremental_computation_keeps_the_bounds_of_unchanged_layers():
+    """Fine-tuning the last layer: every leaf starts from its own bounds of the hidden layers
+    (finite, not reset), so the tree is bounded again without any new split."""
+    network = random_network(11)
+    rng = np.random.default_rng(11)
+    start = box(-0.5 * np.ones(3), 0.5 * np.ones(3))
+    y = network.forward(torch.as_tensor(rng.uniform(-0.5, 0.5, (50_000, 3))))
+    spec = upper_limit_spec(float(y[:, 0].max()) + 0.02)
+    online = OnlineVerifier(network, start, spec=spec, accelerations="bmw,ic", max_leaves=64)
+    before = len(online.leaves)
+    tuned = perturbed(network, rng, 1e-4, last_only=True)
+    step = online.update(network=tuned)
+    assert step.status is HOLDS and step.resplit == 0 and len(online.leaves) == before
+    assert all(bool(torch.isfinite(t).all()) for t in online.leaves.bounds.lower)
+    check_leaves(online, tuned, rng)
+
+
 def test_leaves_partition_the_domain_after_every_step():
     network = random_network(3)
     spec = upper_limit_spec(10.0)

@@ -292,7 +292,7 @@ class OnlineVerifier:
             verified = leaves.verified & leaves.inn
             if leaves.bounds is not None:
                 fixed = sum(1 for index in network.relu_indices if index < changed)
-                stale = _mask_bounds(leaves.bounds, torch.zeros(len(leaves), dtype=torch.bool), fixed)
+                stale = _mask_bounds(leaves.bounds, torch.ones(len(leaves), dtype=torch.bool), fixed)
                 keep = leaves.inn
                 leaves = replace(leaves, bounds=IntermediateBounds(
                     tuple(torch.where(_rows(keep, a), a, b) for a, b in zip(leaves.bounds.lower, stale.lower)),
@@ -382,7 +382,7 @@ class OnlineVerifier:
         if changed is None:
             if not within.any():
                 return None, 0
-            return _mask_bounds(roots.bounds, within, 0), 0
+            return _mask_bounds(roots.bounds, within), 0
         if "ic" not in self.options.accelerations or not within.all():
             return None, 0
         fixed = sum(1 for index in network.relu_indices if index < changed)
@@ -561,13 +561,13 @@ def _rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return mask.reshape(-1, *([1] * (like.dim() - 1)))
 
 
-def _mask_bounds(bounds: IntermediateBounds, valid: torch.Tensor, exact_layers: int) -> IntermediateBounds:
-    """The bounds of the valid leaves (±inf for the others); with ``exact_layers`` = k > 0 only
-    the first k layers are kept (later layers belong to changed weights) and become ±inf."""
+def _mask_bounds(bounds: IntermediateBounds, valid: torch.Tensor, layers: int | None = None) -> IntermediateBounds:
+    """The bounds of the ``valid`` leaves, ±inf for the others; with ``layers`` = k, only the
+    first k ReLU layers are kept (later ones belong to changed weights) and the rest become ±inf."""
     lower, upper = [], []
     for k, (low, high) in enumerate(zip(bounds.lower, bounds.upper)):
         keep = _rows(valid, low)
-        if exact_layers and k >= exact_layers:
+        if layers is not None and k >= layers:
             keep = torch.zeros_like(keep)
         lower.append(torch.where(keep, low, -torch.inf))
         upper.append(torch.where(keep, high, torch.inf))
