@@ -19,7 +19,7 @@ PUBLIC = {
     "compute_bounds", "METHODS", "BoundMethod", "bound_method", "method_names", "BoundsResult", "LinearBounds",
     "IntermediateBounds", "AlphaCrownOptions", "BetaCrownOptions", "Plan", "plan_for", "interval_pass",
     "center_radius", "relax_relu", "backsubstitute", "concretize", "optimize_bounds", "GradientBounds",
-    "gradient_bounds", "lipschitz_bounds", "affine_forms", "pattern_lower_bound",
+    "gradient_bounds", "lipschitz_bounds", "input_sensitivities", "affine_forms", "pattern_lower_bound",
 }
 
 

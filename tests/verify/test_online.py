@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from assay.bounds import compute_bounds, lipschitz_bounds
+from assay.bounds import compute_bounds, input_sensitivities, lipschitz_bounds
 from assay.errors import OptionError, SpecError
 from assay.nn import Linear, Network, ReLU
 from assay.sets import Box
@@ -266,6 +266,17 @@ def test_lipschitz_bounds_hold_on_random_pairs(norm):
     ratio = change / distance.unsqueeze(1)
     assert bool((ratio <= constants).all())
     assert bool((ratio.amax(0) >= 0.05 * constants).all())  # and not absurdly loose
+
+
+def test_input_sensitivities_bound_every_pre_activation_change():
+    network = random_network(12, widths=(4, 16, 16, 3))
+    sensitivities = input_sensitivities(network)
+    rng = np.random.default_rng(1)
+    x = torch.as_tensor(rng.normal(size=(4000, 4)))
+    x2 = x + torch.as_tensor(rng.normal(scale=0.2, size=(4000, 4)))
+    for value, value2, sensitivity in zip(pre_activations(network, x), pre_activations(network, x2), sensitivities):
+        bound = (x - x2).abs() @ sensitivity.T
+        assert bool(((value - value2).abs() <= bound + 1e-12).all())
 
 
 # ---------------------------------------------------------------------------- INN

@@ -8,8 +8,8 @@ walks use the public functions exported here, never the modules' private names:
 * the lowered network: :func:`plan_for` → :class:`Plan` (affine and ReLU stages);
 * the steps: :func:`interval_pass` (IBP), :func:`relax_relu`, :func:`backsubstitute` and
   :func:`concretize` (CROWN), :func:`optimize_bounds` (α/β-CROWN);
-* the shared walks (:mod:`assay.bounds.walks`): :func:`gradient_bounds`, :func:`lipschitz_bounds`, :func:`affine_forms`,
-  :func:`pattern_lower_bound`.
+* the shared walks (:mod:`assay.bounds.walks`): :func:`gradient_bounds`, :func:`lipschitz_bounds`,
+  :func:`input_sensitivities`, :func:`affine_forms`, :func:`pattern_lower_bound`.
 
 Names are loaded on first use: the method registry (:mod:`assay.bounds.methods`) can be read
 without loading torch.
@@ -41,6 +41,7 @@ __all__ = [
     "GradientBounds",
     "gradient_bounds",
     "lipschitz_bounds",
+    "input_sensitivities",
     "affine_forms",
     "pattern_lower_bound",
 ]
@@ -67,6 +68,7 @@ _HOMES = {
     "GradientBounds": "assay.bounds.walks",
     "gradient_bounds": "assay.bounds.walks",
     "lipschitz_bounds": "assay.bounds.walks",
+    "input_sensitivities": "assay.bounds.walks",
     "affine_forms": "assay.bounds.walks",
     "pattern_lower_bound": "assay.bounds.walks",
 }

@@ -27,7 +27,8 @@ from assay.bounds.relaxation import relax_relu
 from assay.bounds.result import IntermediateBounds
 from assay.nn.network import Network
 
-__all__ = ["GradientBounds", "gradient_bounds", "lipschitz_bounds", "affine_forms", "pattern_lower_bound"]
+__all__ = ["GradientBounds", "gradient_bounds", "lipschitz_bounds", "input_sensitivities", "affine_forms",
+           "pattern_lower_bound"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,6 +100,28 @@ def lipschitz_bounds(network: Network, rows: torch.Tensor, norm: str = "inf") ->
     sums = gradient_bounds(network, rows, everything_passes).inputs.sum(1)
     # Every term is non-negative: the computed sums are within a relative γ of the exact ones.
     return sums * (1 + 2 * rounding_factor(plan, network.input_size))
+
+
+def input_sensitivities(network: Network) -> tuple[torch.Tensor, ...]:
+    """Global sensitivity of every pre-activation to every input: one (N_k, n_in) tensor per ReLU layer.
+
+    For all inputs x, x' and every neuron j of ReLU layer k:
+    |z_kj(x) − z_kj(x')| ≤ Σ_i S_k[j, i] · |x_i − x'_i|, with S_1 = |W_1| and
+    S_k = |W_k| S_{k−1} (every ReLU passing at most all of a change). Rounding of the float64
+    products is bounded and added. Online verification widens a box's pre-activation bounds by
+    S·(how far the box grew) to get valid bounds on the grown box without bounding it again.
+    """
+    plan = plan_for(network, torch.float64)
+    n = network.input_size
+    sensitivity = torch.eye(n, dtype=torch.float64).reshape(n, *network.input_shape)  # one column per input
+    per_layer = []
+    for stage in plan.stages:
+        if isinstance(stage, AffineStage):
+            sensitivity = stage.forward_abs(sensitivity) if stage.abs_weight is not None else stage.forward(sensitivity)
+        else:
+            per_layer.append(sensitivity.reshape(n, -1).T.contiguous())
+    inflation = 1 + 2 * rounding_factor(plan, n)
+    return tuple(layer * inflation for layer in per_layer)
 
 
 def _spectral_lipschitz(plan, rows: torch.Tensor) -> torch.Tensor:

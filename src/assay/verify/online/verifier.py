@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from assay._validate import check_float, check_int
-from assay.bounds import IntermediateBounds, lipschitz_bounds, plan_for
+from assay.bounds import IntermediateBounds, input_sensitivities, lipschitz_bounds, plan_for
 from assay.errors import OptionError, SpecError
 from assay.nn.layers import Conv2d, Linear
 from assay.nn.network import Network
@@ -192,6 +192,7 @@ class OnlineVerifier:
         self._max_change: dict[int, float] = {}
         self._inn: tuple[list, dict[int, float]] | None = None  # (reference parameters, radius per layer)
         self._lipschitz: tuple[Network, torch.Tensor] | None = None
+        self._sensitivities: tuple[Network, tuple[torch.Tensor, ...]] | None = None
         started = time.monotonic()
         stats = SearchStats()
         query = self._query(network, self.lower, self.upper)
@@ -340,8 +341,6 @@ class OnlineVerifier:
         closed = bounded.closed
         relaxed = Leaves.from_branches(bounded.branches.select(closed), True, roots.cell_lower[closed],
                                        roots.cell_upper[closed], query.C.shape[0])
-        if "ic" not in self.options.accelerations:
-            relaxed = replace(relaxed, bounds=None)
         return relaxed, roots.select(~closed)
 
     def _search(self, network, query, roots: Leaves, box_lower, box_upper, parents, fixed, budget, deadline, stats):
@@ -352,9 +351,10 @@ class OnlineVerifier:
         weights = relative_volumes(box_lower, box_upper, query.lower, query.upper)
         branches = Branches(box_lower, box_upper, None, parents, weights)
         strategy = self._strategy(network, query, fixed)
-        keep = "with_bounds" if "ic" in self.options.accelerations else True
+        # Leaves keep their pre-activation bounds: later steps start from them (widened where the
+        # domain grew, the unchanged layers after an update).
         outcome = branch_and_bound(strategy, SearchState.start(branches), deadline,
-                                   batch_size=self.options.verify.batch_size, stats=stats, keep_closed=keep,
+                                   batch_size=self.options.verify.batch_size, stats=stats, keep_closed="with_bounds",
                                    max_leaves=max(budget, len(roots)))
         if outcome.status is VerificationStatus.VIOLATED:
             return outcome, None
@@ -370,8 +370,6 @@ class OnlineVerifier:
             if chunk.parents is None:
                 chunk = replace(chunk, parents=_no_bounds(network, len(chunk)))
             parts.append(Leaves.from_branches(chunk, verified, cell_lower, cell_upper, rows))
-        if "ic" not in self.options.accelerations:
-            parts = [replace(p, bounds=None) for p in parts]
         return outcome, Leaves.concat(parts)
 
     def _inherited_bounds(self, network, roots: Leaves, box_lower, box_upper, changed):
@@ -380,9 +378,17 @@ class OnlineVerifier:
             return None, 0
         within = contains(roots.checked_lower, roots.checked_upper, box_lower, box_upper)
         if changed is None:
-            if not within.any():
-                return None, 0
-            return _mask_bounds(roots.bounds, within), 0
+            # Same network: the bounds hold on the box they were computed on; a box that grew by
+            # e_i in input i gets them widened by the inputs' global sensitivities S·e.
+            excess = torch.clamp(torch.maximum(roots.checked_lower - box_lower, box_upper - roots.checked_upper), min=0)
+            if self._sensitivities is None or self._sensitivities[0] is not network:
+                self._sensitivities = (network, input_sensitivities(network))
+            lower, upper = [], []
+            for low, high, sensitivity in zip(roots.bounds.lower, roots.bounds.upper, self._sensitivities[1]):
+                widen = (excess @ sensitivity.T).reshape(low.shape) * (1 + 1e-12)
+                lower.append(low - widen)
+                upper.append(high + widen)
+            return IntermediateBounds(tuple(lower), tuple(upper)), 0
         if "ic" not in self.options.accelerations or not within.all():
             return None, 0
         fixed = sum(1 for index in network.relu_indices if index < changed)
