@@ -189,6 +189,19 @@ def test_incremental_computation_keeps_the_bounds_of_unchanged_layers():
     check_leaves(online, tuned, rng)
 
 
+def test_adaptive_rsr_covers_a_steady_drift_with_fewer_bound_passes():
+    network = random_network(13)
+    spec = upper_limit_spec(10.0)
+    passes = {}
+    for adaptive in (False, True):
+        online = OnlineVerifier(network, box(-np.ones(3), np.ones(3)), spec=spec, accelerations="bmi,rsr",
+                                rsr_offset=1e-3, rsr_adaptive=adaptive)
+        steps = [online.update(box(-np.ones(3), (1 + 1e-3 * t) * np.ones(3))) for t in range(1, 17)]
+        assert all(step.status is HOLDS for step in steps)
+        passes[adaptive] = sum(step.domains > 0 for step in steps)
+    assert passes[False] >= 7 and passes[True] <= 5
+
+
 def test_leaves_partition_the_domain_after_every_step():
     network = random_network(3)
     spec = upper_limit_spec(10.0)

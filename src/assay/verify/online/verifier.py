@@ -9,9 +9,12 @@ bounded again that stay open are split further within a leaf budget. The acceler
 
 * ``bmi`` — domain shift: leaves are cells of the split tree; a leaf whose new domain
   (cell ∩ X(t)) lies inside the box it was verified on keeps its verdict.
-* ``rsr`` — a leaf is first bounded on its domain grown by ``rsr_offset`` (on the domain's
-  outer faces, in the inputs that vary), so that small shifts stay inside the verified box; a
-  leaf not verified there is searched on its exact domain.
+* ``rsr`` — a leaf is first bounded on its domain grown by an offset (on the domain's outer
+  faces, in the inputs that vary), so that small shifts stay inside the verified box; a leaf not
+  verified there is searched on its exact domain. The offset starts at ``rsr_offset``; with
+  ``rsr_adaptive`` (beyond the paper) it doubles after a step whose grown leaves were all
+  verified and halves back towards ``rsr_offset`` after one where some were not, so that a
+  steady drift is covered for more and more steps at a time.
 * ``lb``  — a verified leaf whose domain moved by at most h (the exact directed Hausdorff
   distance to its verified box) stays verified when, for every conjunction of the unsafe
   query, some row i has upper bound u_i + L_i·h < 0, with L_i a sound global Lipschitz
@@ -70,6 +73,8 @@ class OnlineOptions:
             every step is verified from scratch (the baseline).
         max_leaves: the leaf budget of the split tree (the paper uses 250).
         rsr_offset: RSR's growth of a leaf's domain on the domain's outer faces (input units).
+        rsr_adaptive: double the offset after a step whose grown leaves all verify (up to
+            ``64 × rsr_offset``), halve it after one where some do not.
         inn_factor: INN's interval half-width as a multiple of the largest one-step change seen.
         lipschitz_norm: ``"inf"`` or ``"2"``: the norm of the Lipschitz test's distance.
         resplit: split leaves that became open again (within ``max_leaves``).
@@ -81,6 +86,7 @@ class OnlineOptions:
     accelerations: frozenset = frozenset(ACCELERATIONS)
     max_leaves: int = 1024
     rsr_offset: float = 1e-3
+    rsr_adaptive: bool = True
     inn_factor: float = 5.0
     lipschitz_norm: str = "inf"
     resplit: bool = True
@@ -99,6 +105,8 @@ class OnlineOptions:
         object.__setattr__(self, "accelerations", names)
         check_int(self.max_leaves, "max_leaves", "OnlineVerifier", minimum=1)
         check_float(self.rsr_offset, "rsr_offset", "OnlineVerifier", minimum=0.0)
+        if not isinstance(self.rsr_adaptive, bool):
+            raise OptionError(f"rsr_adaptive must be True or False; got {self.rsr_adaptive!r}")
         check_float(self.inn_factor, "inn_factor", "OnlineVerifier", minimum=1.0)
         if self.lipschitz_norm not in ("inf", "2"):
             raise OptionError(f"lipschitz_norm must be 'inf' or '2'; got {self.lipschitz_norm!r}")
@@ -193,6 +201,7 @@ class OnlineVerifier:
         self._inn: tuple[list, dict[int, float]] | None = None  # (reference parameters, radius per layer)
         self._lipschitz: tuple[Network, torch.Tensor] | None = None
         self._sensitivities: tuple[Network, tuple[torch.Tensor, ...]] | None = None
+        self._rsr_offset = self.options.rsr_offset
         started = time.monotonic()
         stats = SearchStats()
         query = self._query(network, self.lower, self.upper)
@@ -332,13 +341,16 @@ class OnlineVerifier:
     def _relaxed_first(self, query, network, roots: Leaves, changed, deadline, stats) -> tuple[Leaves, Leaves]:
         """RSR: bound each root on its domain grown by ``rsr_offset``; returns (the roots verified
         there, as leaves whose verified box is the grown one; the roots still to search)."""
-        grown_lower, grown_upper = enlarge(query.lower, query.upper, self.options.rsr_offset)
+        grown_lower, grown_upper = enlarge(query.lower, query.upper, self._rsr_offset)
         box_lower, box_upper, _ = leaf_domains(roots.cell_lower, roots.cell_upper, grown_lower, grown_upper)
         parents, fixed = self._inherited_bounds(network, roots, box_lower, box_upper, changed)
         weights = relative_volumes(box_lower, box_upper, query.lower, query.upper)
         bounded = self._strategy(network, query, fixed).bound(Branches(box_lower, box_upper, None, parents, weights),
                                                               deadline, stats)
         closed = bounded.closed
+        if self.options.rsr_adaptive:
+            least, offset = self.options.rsr_offset, self._rsr_offset
+            self._rsr_offset = min(2 * offset, 64 * least) if bool(closed.all()) else max(offset / 2, least)
         relaxed = Leaves.from_branches(bounded.branches.select(closed), True, roots.cell_lower[closed],
                                        roots.cell_upper[closed], query.C.shape[0])
         return relaxed, roots.select(~closed)
