@@ -618,17 +618,27 @@ def render(name: str) -> int:
 
 
 def _git_state() -> dict:
-    """The commit and the uncommitted changes under src/ (the tree may be edited while this runs)."""
+    """Where the measured ``assay`` came from: its commit and uncommitted changes under src/ (the
+    tree may be edited while this runs), or the ``COMMIT`` file of an exported snapshot (run with
+    ``PYTHONPATH=<snapshot>/src``)."""
     import subprocess
+
+    import assay
+
+    root = Path(assay.__file__).resolve().parents[2]
 
     def git(*command):
         try:
-            return subprocess.run(["git", *command], cwd=RESULTS.parents[1], capture_output=True, text=True,
-                                  timeout=30).stdout.strip()
+            done = subprocess.run(["git", *command], cwd=root, capture_output=True, text=True, timeout=30)
+            return done.stdout.strip() if done.returncode == 0 else None
         except (OSError, subprocess.SubprocessError):
             return None
 
-    return {"commit": git("rev-parse", "HEAD"), "src_changes": git("status", "--short", "src"),
+    snapshot = root / "COMMIT"
+    commit = git("rev-parse", "HEAD")
+    if commit is None and snapshot.exists():
+        commit = f"{snapshot.read_text().strip()} (snapshot at {root})"
+    return {"assay": str(root), "commit": commit, "src_changes": git("status", "--short", "src"),
             "src_diff": git("diff", "src")}
 
 
