@@ -151,6 +151,27 @@ def test_every_step_of_a_random_stream_is_confirmed(accelerations, seed):
     assert seen & {HOLDS, VIOLATED}, "the stream should decide some steps"
 
 
+@pytest.mark.parametrize(("accelerations", "seed"), [("none", 0), ("bmi", 1), ("bmi,rsr", 2), ("bmw", 0),
+                                                     ("bmw,ic", 1), ("all", 2)])
+def test_every_step_over_relu_splitting_leaves_is_confirmed(accelerations, seed):
+    """The same streams with ReLU-splitting leaves (the strategy for networks with many inputs)."""
+    rng = np.random.default_rng(200 + seed)
+    network = random_network(20 + seed, widths=(3, 10, 10, 2))
+    start = box(-0.5 * np.ones(3), 0.5 * np.ones(3))
+    y = network.forward(torch.as_tensor(rng.uniform(-0.55, 0.55, (50_000, 3))))
+    spec = upper_limit_spec(float(y[:, 0].max()) - 0.01 * seed)
+    online = OnlineVerifier(network, start, spec=spec, accelerations=accelerations, strategy="relu", max_leaves=64,
+                            timeout=30)
+    check_step(online.steps[0], network, start, spec, rng)
+    for kind, lower, upper in random_stream(seed, 8):
+        current = online.network
+        if kind in ("weights", "last", "both"):
+            current = perturbed(current, rng, 3e-3, last_only=kind == "last")
+        step = online.update(box(lower, upper), network=current)
+        check_step(step, current, box(lower, upper), spec, rng)
+        assert 0.0 <= step.coverage <= 1.0
+
+
 def test_bounds_kept_for_leaves_off_the_domain_are_renewed_after_an_update():
     """Leaves outside the domain are not bounded at a network update; what they keep from the
     old network (pre-activation bounds after the changed layer) must not be used later."""

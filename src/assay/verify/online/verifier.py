@@ -54,6 +54,7 @@ from assay.verify.deadline import Deadline
 from assay.verify.input_split import InputSplitting
 from assay.verify.online.geometry import cells_of, contains, enlarge, hausdorff_excess, leaf_domains, relative_volumes
 from assay.verify.online.leaves import Leaves
+from assay.verify.online.relu_tree import ReluTree
 from assay.verify.options import VerifyOptions
 from assay.verify.problem import UnsafeQuery, from_required, from_unsafe
 from assay.verify.result import Counterexample, VerificationStatus
@@ -180,10 +181,11 @@ class OnlineVerifier:
             (``accelerations="bmi,lb,rsr"``, ``max_leaves=250``, ``timeout=30``, ...).
 
     The first verification runs in the constructor (:attr:`steps` [0]); each :meth:`update`
-    returns the next :class:`OnlineStep`. The leaves are boxes of an input-splitting tree, which
-    suits networks with few inputs (up to :data:`~assay.verify.options.INPUT_SPLIT_MAX_INPUTS`);
-    with more inputs it works while few leaves suffice (properties that bounds prove on large
-    boxes), since each split halves one input only.
+    returns the next :class:`OnlineStep`. The leaves follow the verifier's strategy
+    (``strategy="auto"``: boxes of an input-splitting tree for networks with up to
+    :data:`~assay.verify.options.INPUT_SPLIT_MAX_INPUTS` inputs, else the split histories of
+    ReLU-splitting searches, see :mod:`assay.verify.online.relu_tree`, where the Lipschitz test
+    and interval weights do not apply).
     """
 
     def __init__(self, network: Network, input_set, spec=None, *, unsafe=None, options: OnlineOptions | None = None,
@@ -202,6 +204,10 @@ class OnlineVerifier:
         self._lipschitz: tuple[Network, torch.Tensor] | None = None
         self._sensitivities: tuple[Network, tuple[torch.Tensor, ...]] | None = None
         self._rsr_offset = self.options.rsr_offset
+        # Networks with many inputs: leaves of ReLU-splitting searches (see relu_tree).
+        self._relu = None
+        if self.options.verify.strategy_for(network.input_size) == "relu":
+            self._relu = ReluTree(self.options)
         started = time.monotonic()
         stats = SearchStats()
         query = self._query(network, self.lower, self.upper)
@@ -243,6 +249,10 @@ class OnlineVerifier:
         step = len(self.steps)
         if not incremental:
             result = self._rebuild(query, new_network, stats, started, step)
+        elif self._relu is not None:
+            deadline = Deadline(started + self.options.verify.timeout)
+            tree = self._relu.step(new_network, query, changed, deadline, stats, network_same=changed is None)
+            result = self._relu_result(step, query, new_network, tree, started, stats, rebuilt=False)
         else:
             result = self._incremental(query, new_network, changed, stats, started, step)
             drop = self.options.rebuild_drop
@@ -255,6 +265,11 @@ class OnlineVerifier:
     # ------------------------------------------------------------------ the two kinds of step
     def _rebuild(self, query, network, stats, started, step) -> OnlineStep:
         """Verify from scratch: one search from the whole box, within the leaf budget."""
+        if self._relu is not None:
+            tree = self._relu.rebuild(network, query, Deadline(started + self.options.verify.timeout), stats)
+            result = self._relu_result(step, query, network, tree, started, stats, rebuilt=True)
+            self._built_coverage = result.coverage
+            return result
         infinite = torch.full((1, network.input_size), torch.inf, dtype=torch.float64)
         root = Leaves(-infinite, infinite, query.lower.unsqueeze(0), query.upper.unsqueeze(0),
                       torch.zeros(1, dtype=torch.bool), torch.full((1, query.C.shape[0]), torch.inf, dtype=torch.float64),
@@ -268,6 +283,21 @@ class OnlineVerifier:
                               skipped={"lb": 0, "inn": 0}, recomputed=1, resplit=len(self._leaves) - 1, rebuilt=True)
         self._built_coverage = result.coverage
         return result
+
+    def _relu_result(self, step, query, network, tree, started, stats, *, rebuilt) -> OnlineStep:
+        counterexample = None
+        coverage = 0.0
+        status = tree.status
+        if status is VerificationStatus.VIOLATED:
+            x, y = tree.found
+            counterexample = Counterexample(x.reshape(network.input_shape), y, query.index)
+        else:
+            coverage = self._relu.coverage(network, query)
+            if status is VerificationStatus.HOLDS and not self._relu.all_verified:
+                status = VerificationStatus.UNKNOWN
+        leaves = self._relu.leaf_count
+        return OnlineStep(step, status, coverage, counterexample, leaves, leaves, tree.reused, {"lb": 0, "inn": 0},
+                          tree.recomputed, tree.resplit, rebuilt, stats.domains, time.monotonic() - started)
 
     def _incremental(self, query, network, changed, stats, started, step) -> OnlineStep:
         options, acc = self.options, self.options.accelerations
