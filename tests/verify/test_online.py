@@ -210,6 +210,28 @@ def test_incremental_computation_keeps_the_bounds_of_unchanged_layers():
     check_leaves(online, tuned, rng)
 
 
+def test_incremental_computation_splits_exactly_as_much_as_bounding_again():
+    """The layers IC keeps are exact for the leaves it starts from (the same bounds CROWN would
+    compute again), not for their children: children must tighten every layer. Then the search
+    after a last-layer update is the same with and without IC, split for split."""
+    network = random_network(16, widths=(3, 16, 16, 2))
+    rng = np.random.default_rng(16)
+    start = box(-np.ones(3), np.ones(3))
+    y = network.forward(torch.as_tensor(rng.uniform(-1, 1, (50_000, 3))))
+    spec = upper_limit_spec(float(y[:, 0].max()) + 0.03)
+    layers = list(network.layers)
+    layers[-1] = Linear(layers[-1].weight, layers[-1].bias + torch.tensor([0.02, 0.0], dtype=torch.float64))
+    tuned = Network(tuple(layers), network.input_shape)
+    steps = {}
+    for accelerations in ("bmw", "bmw,ic"):
+        online = OnlineVerifier(network, start, spec=spec, accelerations=accelerations, max_leaves=2000,
+                                rebuild_drop=None)
+        steps[accelerations] = online.update(network=tuned)
+        check_step(steps[accelerations], tuned, start, spec, rng)
+    assert steps["bmw"].resplit > 0, "the update should make some leaves split"
+    assert (steps["bmw,ic"].leaves, steps["bmw,ic"].domains) == (steps["bmw"].leaves, steps["bmw"].domains)
+
+
 def test_adaptive_rsr_covers_a_steady_drift_with_fewer_bound_passes():
     network = random_network(13)
     spec = upper_limit_spec(10.0)

@@ -67,9 +67,10 @@ class InputSplitting:
     possible), so that the leaves of the search partition the query's box: what online
     verification keeps from step to step. ``weight_perturbation`` (as in
     :func:`~assay.bounds.compute_bounds`) makes every bound hold for every network whose
-    weights lie within it; ``fixed_layers`` = k tells the engine that the first k ReLU layers
-    of the branches' inherited bounds are exact for this network (the layers before them did
-    not change), so only later layers are bounded again.
+    weights lie within it; ``fixed_layers`` = k tells the engine that, in the first round (the
+    branches the search starts from), the first k ReLU layers of their inherited bounds are
+    exact for this network (the layers before them did not change), so only later layers are
+    bounded again; their children are bounded as usual, every layer tightened on their smaller box.
     """
 
     def __init__(self, network: Network, query: UnsafeQuery, *, method: str = "crown", dtype: str = "float64",
@@ -92,6 +93,8 @@ class InputSplitting:
         else:
             result, group_upper = _bound_boxes(self.network, query, lower, upper, branches.parents, self.method,
                                                self.dtype, stats, self._grids, deadline, **self._engine)
+            # Fixed layers hold for the first round only: children tighten every layer on their box.
+            self._engine = {**self._engine, "fixed_layers": 0}
         best_row = _row_to_refine(result.upper, query.groups)
         safe = (group_upper < 0).all(1)
         if self.clip:

@@ -79,8 +79,8 @@ class OnlineOptions:
         inn_factor: INN's interval half-width as a multiple of the largest one-step change seen.
         lipschitz_norm: ``"inf"`` or ``"2"``: the norm of the Lipschitz test's distance.
         resplit: split leaves that became open again (within ``max_leaves``).
-        rebuild_drop: rebuild from scratch when coverage falls this far below the last build's
-            (None: never).
+        rebuild_drop: rebuild from scratch when an undecided step's coverage falls this far below
+            the last build's, or when it filled the leaf budget (None: never rebuild).
         verify: per-step search options (timeout per step, bound method, dtype, batch size).
     """
 
@@ -256,8 +256,10 @@ class OnlineVerifier:
         else:
             result = self._incremental(query, new_network, changed, stats, started, step)
             drop = self.options.rebuild_drop
+            # An undecided step rebuilds when its verified volume fell, or when the tree is full
+            # (no leaf can be split again: a fresh tree may need far fewer leaves).
             if (drop is not None and result.status not in (VerificationStatus.VIOLATED, VerificationStatus.HOLDS)
-                    and result.coverage < self._built_coverage - drop):
+                    and (result.coverage < self._built_coverage - drop or result.leaves >= self.options.max_leaves)):
                 result = self._rebuild(query, new_network, stats, started, step)
         self.steps.append(result)
         return result
@@ -354,13 +356,14 @@ class OnlineVerifier:
         if grown is None:  # VIOLATED: the open leaves stay as they were, unverified
             grown = roots.with_flags(verified=torch.zeros(len(roots), dtype=torch.bool),
                                      inn=torch.zeros(len(roots), dtype=torch.bool))
+        resplit = max(0, len(grown) - len(roots))
         grown = Leaves.concat([relaxed, grown])
         self._leaves = Leaves.concat([kept, grown])
         safe_kept = keep_verdict[~recompute] & active[~recompute]
         safe = torch.cat([safe_kept, grown.verified])
         return self._finish(step, query, outcome, safe, started, stats,
                             reused=int(reused.sum()) if changed is None else 0, skipped=skipped,
-                            recomputed=int(recompute.sum()), resplit=max(0, len(grown) - len(roots)), rebuilt=False)
+                            recomputed=int(recompute.sum()), resplit=resplit, rebuilt=False)
 
     # ------------------------------------------------------------------ pieces
     def _strategy(self, network, query, fixed: int = 0, weight_perturbation=None) -> InputSplitting:
