@@ -580,13 +580,7 @@ def main(argv=None) -> int:
         payload["soundness"] = {"checked": sum(len(r["checks"]) for r in _all_records(sections)),
                                 "distinct": len(checker.cache), "disagreements": len(checker.disagreements),
                                 "details": checker.disagreements}
-        if "table1" in sections:
-            sections["table1"]["targets"] = targets(sections["table1"])
-        if "acasxu" in sections:
-            sections["acasxu"]["summary"] = acas_summary(sections["acasxu"])
-        table = markdown(payload)
-        write_results(name, payload, table)
-        return table
+        return write_tables(name, payload)
 
     runners = {"table1": table1, "table2": table2, "acasxu": acasxu}
     for part in ("table1", "table2", "acasxu"):
@@ -616,14 +610,20 @@ def render(name: str) -> int:
         for record in pair["rows"].values():
             record["summary"] = summarise(record)
         _acas_ratios(pair)
+    print(write_tables(name, payload))
+    return 0
+
+
+def write_tables(name: str, payload: dict) -> str:
+    """Recompute the targets and the ACAS Xu summary, write ``<name>.json`` and ``.md``; return the markdown."""
+    sections = payload["sections"]
     if "table1" in sections:
         sections["table1"]["targets"] = targets(sections["table1"])
     if "acasxu" in sections:
         sections["acasxu"]["summary"] = acas_summary(sections["acasxu"])
     table = markdown(payload)
     write_results(name, payload, table)
-    print(table)
-    return 0
+    return table
 
 
 def _git_state() -> dict:

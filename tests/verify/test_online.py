@@ -23,18 +23,13 @@ from assay.verify.online import ACCELERATIONS, OnlineVerifier
 from assay.verify.online.geometry import hausdorff_excess, relative_volumes
 from assay.verify.problem import from_required
 from assay.verify.search import Branches, SearchState, SearchStats, branch_and_bound
+from tests.verify.networks import random_relu_network
 
 HOLDS, VIOLATED = VerificationStatus.HOLDS, VerificationStatus.VIOLATED
 
 
 def random_network(seed: int, widths=(3, 12, 12, 2)) -> Network:
-    rng = np.random.default_rng(seed)
-    layers = []
-    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
-        layers.append(Linear(torch.as_tensor(rng.normal(0, 1 / np.sqrt(a), (b, a))), torch.as_tensor(rng.normal(0, 0.1, b))))
-        if i < len(widths) - 2:
-            layers.append(ReLU())
-    return Network(tuple(layers), (widths[0],))
+    return random_relu_network(seed, widths)
 
 
 def box(lower, upper) -> Box:
@@ -54,6 +49,16 @@ def perturbed(network: Network, rng, scale: float, last_only: bool) -> Network:
 def upper_limit_spec(threshold: float) -> OutputSpec:
     """y_0 ≤ threshold (one row: threshold − y_0 ≥ 0)."""
     return OutputSpec((HalfSpaces(torch.tensor([[-1.0, 0.0]], dtype=torch.float64), torch.tensor([threshold]),),))
+
+
+def near_max_problem(seed: int, margin: float, radius: float = 0.5, widths=(3, 12, 12, 2)):
+    """A random network, the box [−radius, radius]³ and "y_0 ≤ its sampled maximum + margin"
+    (negative margins make the property false): (network, rng, box, spec)."""
+    network = random_network(seed, widths)
+    rng = np.random.default_rng(seed)
+    start = box(-radius * np.ones(3), radius * np.ones(3))
+    y = network.forward(torch.as_tensor(rng.uniform(-radius, radius, (50_000, 3))))
+    return network, rng, start, upper_limit_spec(float(y[:, 0].max()) + margin)
 
 
 def sampled_violation(network, lower, upper, spec, rng, count=20_000) -> bool:
@@ -129,6 +134,24 @@ def random_stream(seed: int, steps: int):
         yield kind, lower.copy(), upper.copy()
 
 
+def run_stream(online: OnlineVerifier, seed: int, steps: int, spec, rng, check_kept: bool) -> set:
+    """Step ``online`` through a random stream, checking every step (and, for input-splitting
+    leaves, every kept bound); returns the statuses seen."""
+    check_step(online.steps[0], online.network, Box(online.lower, online.upper), spec, rng)
+    seen = set()
+    for kind, lower, upper in random_stream(seed, steps):
+        current = online.network
+        if kind in ("weights", "last", "both"):
+            current = perturbed(current, rng, 3e-3, last_only=kind == "last")
+        step = online.update(box(lower, upper), network=current)
+        check_step(step, current, box(lower, upper), spec, rng)
+        assert 0.0 <= step.coverage <= 1.0
+        if check_kept:
+            check_leaves(online, current, rng)
+        seen.add(step.status)
+    return seen
+
+
 @pytest.mark.parametrize(("accelerations", "seed"), [(name, number % 3) for number, name in enumerate(COMBINATIONS)])
 def test_every_step_of_a_random_stream_is_confirmed(accelerations, seed):
     rng = np.random.default_rng(100 + seed)
@@ -138,16 +161,7 @@ def test_every_step_of_a_random_stream_is_confirmed(accelerations, seed):
     y = network.forward(torch.as_tensor(rng.uniform(-0.55, 0.55, (50_000, 3))))
     spec = upper_limit_spec(float(y[:, 0].max()) - 0.01 * seed)
     online = OnlineVerifier(network, start, spec=spec, accelerations=accelerations, max_leaves=64, timeout=30)
-    check_step(online.steps[0], network, start, spec, rng)
-    seen = set()
-    for kind, lower, upper in random_stream(seed, 10):
-        current = online.network
-        if kind in ("weights", "last", "both"):
-            current = perturbed(current, rng, 3e-3, last_only=kind == "last")
-        step = online.update(box(lower, upper), network=current)
-        check_step(step, current, box(lower, upper), spec, rng)
-        check_leaves(online, current, rng)
-        seen.add(step.status)
+    seen = run_stream(online, seed, 10, spec, rng, check_kept=True)
     assert seen & {HOLDS, VIOLATED}, "the stream should decide some steps"
 
 
@@ -162,24 +176,13 @@ def test_every_step_over_relu_splitting_leaves_is_confirmed(accelerations, seed)
     spec = upper_limit_spec(float(y[:, 0].max()) - 0.01 * seed)
     online = OnlineVerifier(network, start, spec=spec, accelerations=accelerations, strategy="relu", max_leaves=64,
                             timeout=30)
-    check_step(online.steps[0], network, start, spec, rng)
-    for kind, lower, upper in random_stream(seed, 8):
-        current = online.network
-        if kind in ("weights", "last", "both"):
-            current = perturbed(current, rng, 3e-3, last_only=kind == "last")
-        step = online.update(box(lower, upper), network=current)
-        check_step(step, current, box(lower, upper), spec, rng)
-        assert 0.0 <= step.coverage <= 1.0
+    run_stream(online, seed, 8, spec, rng, check_kept=False)
 
 
 def test_bounds_kept_for_leaves_off_the_domain_are_renewed_after_an_update():
     """Leaves outside the domain are not bounded at a network update; what they keep from the
     old network (pre-activation bounds after the changed layer) must not be used later."""
-    network = random_network(10)
-    rng = np.random.default_rng(10)
-    start = box(-np.ones(3), np.ones(3))
-    y = network.forward(torch.as_tensor(rng.uniform(-1, 1, (50_000, 3))))
-    spec = upper_limit_spec(float(y[:, 0].max()) + 0.02)
+    network, rng, start, spec = near_max_problem(10, 0.02, radius=1.0)
     online = OnlineVerifier(network, start, spec=spec, accelerations="bmi,bmw,ic", max_leaves=64)
     assert len(online.leaves) > 4
     online.update(box(0.8 * np.ones(3), np.ones(3)))  # most leaves leave the domain
@@ -196,11 +199,7 @@ def test_bounds_kept_for_leaves_off_the_domain_are_renewed_after_an_update():
 def test_incremental_computation_keeps_the_bounds_of_unchanged_layers():
     """Fine-tuning the last layer: every leaf starts from its own bounds of the hidden layers
     (finite, not reset), so the tree is bounded again without any new split."""
-    network = random_network(11)
-    rng = np.random.default_rng(11)
-    start = box(-0.5 * np.ones(3), 0.5 * np.ones(3))
-    y = network.forward(torch.as_tensor(rng.uniform(-0.5, 0.5, (50_000, 3))))
-    spec = upper_limit_spec(float(y[:, 0].max()) + 0.02)
+    network, rng, start, spec = near_max_problem(11, 0.02)
     online = OnlineVerifier(network, start, spec=spec, accelerations="bmw,ic", max_leaves=64)
     before = len(online.leaves)
     tuned = perturbed(network, rng, 1e-4, last_only=True)
@@ -214,11 +213,7 @@ def test_incremental_computation_splits_exactly_as_much_as_bounding_again():
     """The layers IC keeps are exact for the leaves it starts from (the same bounds CROWN would
     compute again), not for their children: children must tighten every layer. Then the search
     after a last-layer update is the same with and without IC, split for split."""
-    network = random_network(16, widths=(3, 16, 16, 2))
-    rng = np.random.default_rng(16)
-    start = box(-np.ones(3), np.ones(3))
-    y = network.forward(torch.as_tensor(rng.uniform(-1, 1, (50_000, 3))))
-    spec = upper_limit_spec(float(y[:, 0].max()) + 0.03)
+    network, rng, start, spec = near_max_problem(16, 0.03, radius=1.0, widths=(3, 16, 16, 2))
     layers = list(network.layers)
     layers[-1] = Linear(layers[-1].weight, layers[-1].bias + torch.tensor([0.02, 0.0], dtype=torch.float64))
     tuned = Network(tuple(layers), network.input_shape)
@@ -340,11 +335,7 @@ def test_input_sensitivities_bound_every_pre_activation_change():
 def test_inn_skips_only_networks_inside_its_intervals(where):
     """After a tiny update sets the intervals, an update that leaves them by one parameter
     and breaks the property must be verified again (and found violated), not skipped."""
-    network = random_network(6)
-    rng = np.random.default_rng(6)
-    start = box(-0.5 * np.ones(3), 0.5 * np.ones(3))
-    y = network.forward(torch.as_tensor(rng.uniform(-0.5, 0.5, (50_000, 3))))
-    spec = upper_limit_spec(float(y[:, 0].max()) + 0.05)
+    network, rng, start, spec = near_max_problem(6, 0.05)
     online = OnlineVerifier(network, start, spec=spec, accelerations="bmw,inn", max_leaves=64)
     assert online.steps[0].status is HOLDS
     small = perturbed(network, rng, 1e-5, last_only=False)

@@ -11,21 +11,16 @@ import pytest
 import torch
 
 from assay.errors import OptionError, SpecError
-from assay.nn import Linear, Network, ReLU
+from assay.nn import Network
 from assay.verify import VerificationStatus, VerifyOptions, verify
 from assay.verify.marabou import float32_rounded, solve_network
 from tests.requirements import require
+from tests.verify.networks import random_relu_network
 
 
 def random_network(seed: int, widths=(3, 10, 10, 2)) -> Network:
-    rng = np.random.default_rng(seed)
-    layers = []
-    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
-        layers.append(Linear(torch.as_tensor(rng.normal(0, 1 / np.sqrt(a), (b, a))), torch.as_tensor(rng.normal(0, 0.1, b))))
-        if i < len(widths) - 2:
-            layers.append(ReLU())
     # Marabou reads float32 ONNX weights: verify exactly that network.
-    return float32_rounded(Network(tuple(layers), (widths[0],)))
+    return float32_rounded(random_relu_network(seed, widths))
 
 
 def unsafe_region(C, d):
