@@ -214,7 +214,8 @@ class OnlineVerifier:
         self.steps.append(self._rebuild(query, network, stats, started, step=0))
 
     @property
-    def leaves(self) -> Leaves:
+    def leaves(self) -> Leaves | None:
+        """The input-splitting leaves after the last step (None with ReLU-splitting leaves)."""
         return self._leaves
 
     # ------------------------------------------------------------------ public step
