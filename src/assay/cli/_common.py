@@ -13,6 +13,10 @@ import typer
 
 from assay.errors import AssayError, OptionError
 
+# Set by the `assay` console script (assay.cli.main.run) to the time.monotonic() at which the
+# process began loading; commands whose deadline counts loading read it (None: not the script).
+COMMAND_STARTED: float | None = None
+
 # Exit codes of the assay command (documented in `assay --help` and the README).
 EXIT_OK = 0
 EXIT_ERROR = 2  # an AssayError (bad file, bad option) or a usage error

@@ -8,13 +8,19 @@ traceback); Ctrl-C exits 130. Subcommand modules import their heavy dependencies
 
 from __future__ import annotations
 
-import os
-import sys
+import time
 
-import typer
+# When the command started, as near the process start as this module gets: a verification's
+# --timeout counts from here (the imports below and loading torch included).
+_LOADING_STARTED = time.monotonic()
+
+import os  # noqa: E402
+import sys  # noqa: E402
+
+import typer  # noqa: E402
 
 import assay
-from assay.cli import bounds_cmd, demo_cmd, info_cmd, knn_cmd, monitor_cmd, verify_cmd, verify_online_cmd
+from assay.cli import _common, bounds_cmd, demo_cmd, info_cmd, knn_cmd, monitor_cmd, verify_cmd, verify_online_cmd
 from assay.cli._common import handle_errors
 
 __all__ = ["app", "run"]
@@ -68,6 +74,7 @@ def run() -> None:
     through ``with`` blocks), so only the standard streams are left to flush. A Python
     exception that escapes the app (a bug) still ends the normal way, with its traceback.
     """
+    _common.COMMAND_STARTED = _LOADING_STARTED
     try:
         app()
         code = 0

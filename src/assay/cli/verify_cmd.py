@@ -14,6 +14,7 @@ from pathlib import Path
 
 import typer
 
+from assay.cli import _common
 from assay.cli._common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -62,7 +63,9 @@ def verify(
 
     With --instances: 0 when every instance ran (verdicts are in the table and --out), 2 when some instance could not be run (status error), 130 interrupted (finished rows are still written).
     """  # noqa: E501 (typer keeps a docstring's line breaks in --help)
-    started = time.monotonic()  # the deadline counts loading torch, the model and the property too
+    # The deadline counts loading torch, the model and the property too: from the process's
+    # start when run as the `assay` command, else from here.
+    started = _common.COMMAND_STARTED if _common.COMMAND_STARTED is not None else time.monotonic()
     if method not in _METHODS:
         raise OptionError(f"--method must be one of {', '.join(_METHODS)}; got {method!r}")
     if timeout is not None and not timeout > 0:
