@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import assay
 from assay.cli.main import app
 
@@ -40,6 +42,18 @@ def test_version_does_not_import_torch():
     code = "import sys; from assay.cli.main import app; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize(("argv", "code", "stream", "text"), [
+    (["--version"], 0, "stdout", "assay "),
+    (["info", "nope.onnx"], 2, "stderr", "error: nope.onnx"),
+])
+def test_the_console_script_flushes_its_output_and_keeps_the_exit_code(argv, code, stream, text, tmp_path):
+    # `run` leaves with os._exit (no interpreter teardown): nothing printed may be lost.
+    script = f"import sys; sys.argv = ['assay', *{argv!r}]; from assay.cli.main import run; run()"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == code
+    assert text in getattr(done, stream)
 
 
 def test_missing_model_file_is_an_error_with_exit_code_2(invoke, tmp_path):
