@@ -177,6 +177,6 @@ def _print_online(out, online: dict) -> None:
               f"{online['scratch_update_seconds']:.2f} s from scratch"
               + ("." if speedup is None else f" ({speedup:.1f}× faster)." if speedup >= 1 else
                  f" ({1 / speedup:.1f}× slower: too little to reuse at these sizes).")
-              + " reused: leaves whose verdict carried over (their new domain lies in a box they were verified on, "
-              "or the Lipschitz test keeps them) instead of being bounded again. `assay verify-online` does this for "
-              "any model and sequence of boxes.")
+              + " reused: leaves (here the split histories of ReLU-splitting searches: the network has 64 inputs) "
+              "whose verdict carried over because the new ball lies in a box they were verified on, instead of being "
+              "bounded again. `assay verify-online` does this for any model and sequence of boxes.")
