@@ -61,3 +61,31 @@ def test_demo_bad_options(invoke):
     assert result.exit_code == 2 and "--online-steps must be ≥ 0" in result.stderr
     with pytest.raises(OptionError, match="methods"):
         run_demo(methods=("exact",))
+
+
+def test_demo_sections_monitor_and_knn(invoke):
+    result = invoke("demo", "--sections", "monitor,knn", "--json")
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert set(payload) == {"monitor", "knn"}
+    monitor = payload["monitor"]
+    pair = monitor["closest_pair"]
+    first, second = pair["inputs"]
+    # The reported pair is a real witness: within ε in L∞, with different decisions.
+    assert max(abs(a - b) for a, b in zip(first, second)) == pytest.approx(pair["distance"])
+    assert pair["distance"] <= monitor["epsilon"] and pair["decisions"][0] != pair["decisions"][1]
+    assert 0 < monitor["flagged"] <= monitor["pairs"]
+    knn = payload["knn"]
+    assert sum(knn["counts"].values()) == knn["inputs"]
+    example = knn["counterexample"]
+    assert example is not None and example["decision"] != example["prediction"]
+    assert 1 <= len(example["flipped_rows"]) <= knn["flips"]
+
+
+def test_demo_section_choice(invoke):
+    listed = invoke("demo", "--sections", "list")
+    assert listed.exit_code == 0 and listed.stdout.split()[:4] == ["verify", "online", "monitor", "knn"]
+    result = invoke("demo", "--sections", "verify,nope")
+    assert result.exit_code == 2 and "nope" in result.stderr and "choose from" in result.stderr
+    text = invoke("demo", "--sections", "knn")
+    assert text.exit_code == 0 and "KNN fairness" in text.stdout and "L∞ robustness" not in text.stdout

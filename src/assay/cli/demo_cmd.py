@@ -1,31 +1,41 @@
-"""``assay demo``: certify a digits classifier trained on the spot (see :mod:`assay.demo`).
+"""``assay demo``: a short tour in which every capability of assay shows itself in a few lines.
 
-A second section shows online verification (:mod:`assay.verify.online`) on the same network: the
-L∞ ball around one test image grows a little every step, and each step is verified once reusing
-the last step's leaves (every acceleration) and once from scratch.
+The tour is :data:`DEMO_SECTIONS`, run in order. Each section is a library function that needs no
+data files and returns a JSON-able dict (``--json`` prints them all, keyed by section name), and a
+printer here that turns that dict into a few readable lines. The first section certifies a digits
+classifier trained on the spot (:mod:`assay.demo`); its result is the top level of the JSON output.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import typer
 
 from assay.cli._common import console, show_progress
 from assay.errors import OptionError
 
-__all__ = ["demo"]
+__all__ = ["demo", "DemoSection", "DEMO_SECTIONS"]
 
 _METHOD_NAMES = {"ibp": "IBP", "crown": "CROWN", "alpha": "α-CROWN", "beta": "β-CROWN", "pgd": "PGD attack"}
 
-# Online verification section: the ball around the 7th correctly classified test image needs a few
-# to a few hundred leaves of input splitting for ε from 0.060 to 0.062 (CROWN alone proves ε ≤ 0.05),
-# so reuse pays, and each run takes a second or less on one core.
-_ONLINE_IMAGE = 6
-_ONLINE_EPSILON = 0.06
-_ONLINE_GROWTH = 0.0004
-_ONLINE_TIMEOUT = 60.0
+
+@dataclass(frozen=True)
+class DemoSection:
+    """One stop of the tour.
+
+    ``name`` selects it (``--sections``) and keys its JSON; ``run`` is ``"module:function"`` of the
+    library function ``function(progress=callable, **options) -> dict`` (imported only when the
+    section runs, so ``assay demo --help`` stays fast); ``show(out, data)`` prints its dict.
+    """
+
+    name: str
+    run: str
+    show: Callable
 
 
 def _floats(text: str, option: str) -> tuple[float, ...]:
@@ -38,126 +48,104 @@ def _floats(text: str, option: str) -> tuple[float, ...]:
     return values
 
 
-def demo(
-    epsilons: str = typer.Option("0.01,0.03,0.05,0.1", "--epsilons", help="L∞ radii on [0, 1] pixels, comma-separated."),
-    images: int = typer.Option(100, "--images", help="Correctly classified test images to certify."),
-    methods: str = typer.Option("ibp,crown,alpha", "--methods", help="Bound methods: ibp, crown, alpha, beta."),
-    online_steps: int = typer.Option(5, "--online-steps", help="Steps of the online-verification section "
-                                     "(a growing L∞ ball re-verified with and without reuse); 0 skips it."),
-    json_output: bool = typer.Option(False, "--json", help="Print the full result as JSON."),
-) -> None:
-    """Train a small ReLU MLP on scikit-learn's digits, certify its L∞ robustness, then verify a growing ball online (needs no files)."""  # noqa: E501
+def _run_verify(progress, epsilons, images, methods) -> dict:
     from assay.demo import run_demo
 
-    options = dict(epsilons=_floats(epsilons, "--epsilons"), images=images,
-                   methods=tuple(m.strip() for m in methods.split(",") if m.strip()))
+    return run_demo(epsilons=epsilons, images=images, methods=methods, progress=progress).to_json()
+
+
+def demo(
+    epsilons: str = typer.Option("0.01,0.03,0.05,0.1", "--epsilons", help="verify section: L∞ radii on [0, 1] pixels, comma-separated."),
+    images: int = typer.Option(100, "--images", help="verify section: correctly classified test images to certify."),
+    methods: str = typer.Option("ibp,crown,alpha", "--methods", help="verify section: bound methods (ibp, crown, alpha, beta)."),
+    online_steps: int = typer.Option(5, "--online-steps", help="online section: steps of a growing L∞ ball re-verified "
+                                     "with and without reuse; 0 skips the section."),
+    sections: str = typer.Option("all", "--sections", help="Sections of the tour to run, comma-separated, in tour order "
+                                 "(default all; `--sections list` names them)."),
+    json_output: bool = typer.Option(False, "--json", help="Print the full result as JSON."),
+) -> None:
+    """A short tour of assay on built-in data (needs no files): certify a digits classifier, verify a growing ball online, monitor a decision stream, certify KNN decisions against biased labels, and more."""  # noqa: E501
+    names = [section.name for section in DEMO_SECTIONS]
+    if sections.strip() == "list":
+        typer.echo("\n".join(names))
+        return
+    chosen = names if sections.strip() == "all" else [part.strip() for part in sections.split(",") if part.strip()]
+    unknown = [name for name in chosen if name not in names]
+    if unknown or not chosen:
+        raise OptionError(f"--sections names unknown sections {unknown or sections!r}; choose from {', '.join(names)} (or all)")
     if online_steps < 0:
         raise OptionError(f"--online-steps must be ≥ 0 (0 skips the section); got {online_steps}")
-    online = None
+    options = {
+        "verify": dict(epsilons=_floats(epsilons, "--epsilons"), images=images,
+                       methods=tuple(m.strip() for m in methods.split(",") if m.strip())),
+        "online": dict(steps=online_steps),
+    }
+    if not online_steps and "online" in chosen:
+        chosen.remove("online")
+    run = [section for section in DEMO_SECTIONS if section.name in chosen]
+    results: dict[str, dict] = {}
+
+    def run_all(progress) -> None:
+        for section in run:
+            module, function = section.run.split(":")
+            results[section.name] = getattr(importlib.import_module(module), function)(
+                progress=progress, **options.get(section.name, {}))
+
     if show_progress(json_output):
         from rich.console import Console
 
         with Console(stderr=True).status("starting") as status:
-            result = run_demo(**options, progress=lambda stage: status.update(stage))
-            if online_steps:
-                online = _online_demo(online_steps, result.hidden_layers, progress=lambda stage: status.update(stage))
+            run_all(lambda stage: status.update(stage))
     else:
-        result = run_demo(**options)
-        if online_steps:
-            online = _online_demo(online_steps, result.hidden_layers)
+        run_all(lambda stage: None)
     if json_output:
-        payload = result.to_json()
-        if online is not None:
-            payload["online"] = online
+        payload = dict(results.pop("verify", {}))
+        payload.update(results)
         typer.echo(json.dumps(payload, indent=2))
         return
+    out = console()
+    for number, section in enumerate(run):
+        if number:
+            out.print()
+        section.show(out, results[section.name])
+
+
+# ------------------------------------------------------------------------------- certification
+def _print_verify(out, result: dict) -> None:
     from rich.table import Table
 
-    out = console()
-    widths = "×".join(str(w) for w in result.hidden_layers)
-    out.print(f"A ReLU MLP (64 → {widths} → 10, {result.parameters:,} parameters) trained on scikit-learn's 8×8 digits "
-              f"in {result.train_seconds:.1f} s; test accuracy {result.test_accuracy:.1%}.")
-    out.print(f"L∞ robustness of the first {result.images} correctly classified test images (pixels in [0, 1]):")
+    widths = "×".join(str(w) for w in result['hidden_layers'])
+    out.print(f"A ReLU MLP (64 → {widths} → 10, {result['parameters']:,} parameters) trained on scikit-learn's 8×8 digits "
+              f"in {result['train_seconds']:.1f} s; test accuracy {result['test_accuracy']:.1%}.")
+    out.print(f"L∞ robustness of the first {result['images']} correctly classified test images (pixels in [0, 1]):")
     table = Table(show_edge=False)
     for column, justify in (("ε", "right"), ("method", "left"), ("certified", "right"), ("falsified", "right"),
                             ("seconds", "right")):
         table.add_column(column, justify=justify)
     previous = None
-    for row in result.rows:
-        if previous is not None and row.epsilon != previous:
+    for row in result['rows']:
+        if previous is not None and row['epsilon'] != previous:
             table.add_section()
-        previous = row.epsilon
+        previous = row['epsilon']
         table.add_row(
-            f"{row.epsilon:g}",
-            _METHOD_NAMES.get(row.method, row.method),
-            "–" if row.certified is None else f"{row.certified / row.images:.0%}",
-            "–" if row.falsified is None else f"{row.falsified / row.images:.0%}",
-            f"{row.seconds:.2f}",
+            f"{row['epsilon']:g}",
+            _METHOD_NAMES.get(row['method'], row['method']),
+            "–" if row['certified'] is None else f"{row['certified'] / row['images']:.0%}",
+            "–" if row['falsified'] is None else f"{row['falsified'] / row['images']:.0%}",
+            f"{row['seconds']:.2f}",
         )
     out.print(table)
     out.print("certified: sound bounds prove no input in the ball changes the prediction. falsified: a point of the "
               "ball, re-checked by a forward pass, changes it. The rest is undecided by these methods "
               "(`assay verify` decides single cases by branch and bound).")
-    out.print(f"total {result.total_seconds:.1f} s")
-    if online is not None:
-        _print_online(out, online)
+    out.print(f"total {result['total_seconds']:.1f} s")
 
 
 # ------------------------------------------------------------------------------- online verification
-def _online_demo(steps: int, hidden_layers, progress=None) -> dict:
-    """Grow the L∞ ball around one test image for ``steps`` steps; verify each step with every
-    acceleration of :class:`~assay.verify.online.OnlineVerifier` and from scratch."""
-    import torch
-
-    from assay.demo import _train
-    from assay.sets import Box, argmax_is
-    from assay.verify.online import OnlineVerifier
-
-    report = progress or (lambda stage: None)
-    report("online verification: training the same network again")
-    # run_demo keeps no network; the same layers and seed train the same one again (~1 s).
-    network, x_test, y_test, _, _ = _train(tuple(hidden_layers), 0)
-    with torch.no_grad():
-        correct = torch.nonzero(network.forward(x_test).argmax(1) == y_test).flatten()
-    index = int(correct[min(_ONLINE_IMAGE, len(correct) - 1)])
-    image, label = x_test[index], int(y_test[index])
-    spec = argmax_is(label, network.output_size)
-    radii = [_ONLINE_EPSILON + step * _ONLINE_GROWTH for step in range(steps + 1)]
-
-    def ball(epsilon):
-        return Box((image - epsilon).clamp(0, 1), (image + epsilon).clamp(0, 1))
-
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # small tensors: threads only add noise to the timings on a shared machine
-    try:
-        # The first α-CROWN call pays torch's one-off start-up costs: keep them out of the comparison.
-        OnlineVerifier(network, ball(radii[0]), spec, accelerations="none", timeout=_ONLINE_TIMEOUT)
-        runs = {}
-        for name, accelerations in (("online", "all"), ("scratch", "none")):
-            report(f"online verification: {steps} steps, accelerations {accelerations}")
-            verifier = OnlineVerifier(network, ball(radii[0]), spec, accelerations=accelerations,
-                                      timeout=_ONLINE_TIMEOUT)
-            for epsilon in radii[1:]:
-                verifier.update(ball(epsilon))
-            runs[name] = verifier.steps
-    finally:
-        torch.set_num_threads(previous_threads)
-    online_seconds = sum(step.seconds for step in runs["online"][1:])
-    scratch_seconds = sum(step.seconds for step in runs["scratch"][1:])
-    return {
-        "image": index, "label": label, "epsilon": _ONLINE_EPSILON, "growth": _ONLINE_GROWTH,
-        "steps": [{"step": t, "epsilon": radii[t], "online": runs["online"][t].to_json(),
-                   "scratch": runs["scratch"][t].to_json()} for t in range(steps + 1)],
-        "online_update_seconds": online_seconds, "scratch_update_seconds": scratch_seconds,
-        "speedup": scratch_seconds / online_seconds if online_seconds > 0 else None,
-    }
-
-
 def _print_online(out, online: dict) -> None:
     from rich import box
     from rich.table import Table
 
-    out.print()
     out.print(f"Online verification (Wei & Liu): the L∞ ball around test image {online['image']} (a {online['label']}) "
               f"grows from ε = {online['epsilon']:g} by {online['growth']:g} per step. Each step is verified reusing "
               "the last step's leaves (all accelerations) and from scratch:")
@@ -180,3 +168,50 @@ def _print_online(out, online: dict) -> None:
               + " reused: leaves (here the split histories of ReLU-splitting searches: the network has 64 inputs) "
               "whose verdict carried over because the new ball lies in a box they were verified on, instead of being "
               "bounded again. `assay verify-online` does this for any model and sequence of boxes.")
+
+
+# ------------------------------------------------------------------------------- monitoring
+def _print_monitor(out, data: dict) -> None:
+    from rich import box
+    from rich.table import Table
+
+    out.print(f"Monitoring (Clemont): {data['decisions']:,} loan decisions of a deployed model watched for similar "
+              f"applicants treated differently (L∞ distance ≤ ε = {data['epsilon']:g} on features scaled to [0, 1]), "
+              f"in {data['seconds']:.2f} s: {data['flagged']} decisions had a witness, {data['pairs']} pairs in all.")
+    pair = data["closest_pair"]
+    if pair is None:
+        return
+    out.print(f"The closest pair, decisions {pair['ids'][0]} and {pair['ids'][1]} (distance {pair['distance']:.3f}):")
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("")
+    for name in data["features"]:
+        table.add_column(name, justify="right")
+    table.add_column("decision")
+    for i in range(2):
+        table.add_row(f"#{pair['ids'][i]}", *(f"{value:.3f}" for value in pair["inputs"][i]), pair["decisions"][i])
+    out.print(table)
+    out.print("`assay monitor` watches a whole CSV, Parquet or JSON-lines stream of decisions the same way, exactly.")
+
+
+# ------------------------------------------------------------------------------- KNN fairness
+def _print_knn(out, data: dict) -> None:
+    counts = data["counts"]
+    out.print(f"KNN fairness (CAV 2023): a KNN classifier (K by cross-validation among "
+              f"{', '.join(map(str, data['k_candidates']))}) trained on {data['train']} applicants. For {data['inputs']} new "
+              f"applicants: is the decision the same if up to {data['flips']} training labels were biased, whatever the "
+              f"protected attribute? {counts['certified']} certified (proved), {counts['falsified']} falsified, "
+              f"{counts['unknown']} unknown, in {data['seconds']:.2f} s.")
+    example = data["counterexample"]
+    if example is not None:
+        rows = ", ".join(map(str, example["flipped_rows"]))
+        out.print(f"For example, applicant {example['row']} gets {example['prediction']}, but flipping the label of "
+                  f"training row(s) {rows} makes the learner (K = {example['k']}) answer {example['decision']} "
+                  "(re-checked by re-running it). `assay knn-fairness` certifies a whole test file.")
+
+
+DEMO_SECTIONS: tuple[DemoSection, ...] = (
+    DemoSection("verify", "assay.cli.demo_cmd:_run_verify", _print_verify),
+    DemoSection("online", "assay.verify.online.demo:demo_section", _print_online),
+    DemoSection("monitor", "assay.monitor.demo:demo_section", _print_monitor),
+    DemoSection("knn", "assay.fairness.demo:demo_section", _print_knn),
+)
