@@ -1,0 +1,280 @@
+"""The ASGI application of ``assay serve``: an HTTP API and a dashboard over a :class:`MonitorHub`.
+
+API (JSON; the OpenAPI schema is at ``/openapi.json``, interactive docs at ``/docs``):
+
+===========================================  ==================================================
+``GET  /health``                             liveness (no token needed; says nothing else)
+``GET  /api/monitors``                       every monitor's options and counts
+``PUT  /api/monitors/{name}``                create a monitor (ε, metric, decision column, ...)
+``GET  /api/monitors/{name}``                one monitor's options and counts
+``POST /api/monitors/{name}/decisions``      record one decision or a batch; returns the witnesses
+``GET  /api/monitors/{name}/violations``     flagged decisions, paged, filtered by id and time
+``GET  /api/monitors/{name}/stats``          decisions, violating pairs, flagged decisions
+``GET  /api/monitors/{name}/decisions/{id}`` one stored decision (its input and output)
+===========================================  ==================================================
+
+Acknowledgement: a post is answered 200 only after its decisions and witnesses are committed
+(:meth:`MonitorHub.submit`). Posts are queued to one writer task, which takes every post waiting
+in the queue as one group — one pass through the monitors, one commit — so concurrent clients
+share the cost of a disk sync (group commit) and the order of the queue is the order of ids.
+
+Refusals leave the stored state untouched: 400 (not JSON), 401 (token), 404 (unknown monitor
+or page), 409 (a monitor exists with other options), 413 (body over ``max_body_bytes``), 422
+(wrong shape, NaN, wrong width), 503 (the store failed; nothing of the group was kept).
+No endpoint reads files: the dashboard's assets are a fixed list of package resources.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from importlib import resources
+from urllib.parse import parse_qs
+
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from assay.errors import AssayError, DataError, OptionError
+from assay.serve.auth import COOKIE, presented_token, token_matches
+from assay.serve.dashboard import render_index, render_login, render_monitor
+from assay.serve.hub import MonitorExistsError, MonitorHub, MonitorSpec, UnknownMonitorError
+from assay.serve.payload import SHAPES
+from assay.serve.storage import StoreError
+
+__all__ = ["create_app", "DEFAULT_MAX_BODY_BYTES"]
+
+#: Largest request body accepted (bytes): about 20,000 decisions of 10 features.
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+
+# Posts taken into one group (one commit) at most.
+_MAX_GROUP = 1024
+
+_ASSETS = {"dashboard.css": "text/css; charset=utf-8", "dashboard.js": "text/javascript; charset=utf-8"}
+
+_STATUS = ((UnknownMonitorError, 404), (MonitorExistsError, 409), (StoreError, 503), (DataError, 422), (OptionError, 422))
+
+
+def _status_of(error: AssayError) -> int:
+    for kind, status in _STATUS:
+        if isinstance(error, kind):
+            return status
+    return 422
+
+
+class _Writer:
+    """One task that runs queued posts through the hub in groups (see the module docstring)."""
+
+    def __init__(self, hub: MonitorHub):
+        self.hub = hub
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.task: asyncio.Task | None = None
+
+    async def submit(self, name: str, body):
+        future = asyncio.get_running_loop().create_future()
+        await self.queue.put((name, body, future))
+        return await future
+
+    async def run(self) -> None:
+        while True:
+            group = [await self.queue.get()]
+            while not self.queue.empty() and len(group) < _MAX_GROUP:
+                group.append(self.queue.get_nowait())
+            try:
+                results = await asyncio.to_thread(self.hub.submit, [(name, body) for name, body, _ in group])
+            except Exception as exc:  # a failed commit: every post of the group is refused
+                for _, _, future in group:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, _, future), result in zip(group, results):
+                if not future.done():
+                    future.set_result(result)
+
+
+def create_app(hub: MonitorHub, *, token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               store_label: str = "") -> FastAPI:
+    """The FastAPI app serving ``hub`` (see the module docstring).
+
+    Args:
+        hub: the monitors and their store; the app does not close it.
+        token: when set, every endpoint but ``/health`` and the login page needs it
+            (``Authorization: Bearer TOKEN``, or the cookie the login form sets).
+        max_body_bytes: larger request bodies are refused with 413 before they are read.
+        store_label: how the dashboard names the store (a URL without password).
+    """
+    writer = _Writer(hub)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        writer.task = asyncio.create_task(writer.run())
+        try:
+            yield
+        finally:
+            writer.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer.task
+            # A clean stop leaves a snapshot, so the next start replays nothing.
+            await asyncio.to_thread(hub.snapshot_all)
+
+    app = FastAPI(title="assay monitor service", version="1", lifespan=lifespan,
+                  description="Exact runtime monitoring of robustness and individual fairness (assay.monitor) over HTTP.")
+
+    @app.middleware("http")
+    async def authenticate(request: Request, call_next):
+        path = request.url.path
+        if token is not None and path not in ("/health", "/login") and not path.startswith("/static/"):
+            if not token_matches(presented_token(request.headers, request.cookies), token):
+                if path.startswith("/api/") or path in ("/openapi.json", "/docs", "/redoc") or request.method != "GET":
+                    return JSONResponse({"detail": "missing or wrong token: send `Authorization: Bearer TOKEN`"},
+                                        status_code=401, headers={"WWW-Authenticate": "Bearer"})
+                return RedirectResponse("/login", status_code=303)
+        return await call_next(request)
+
+    @app.exception_handler(AssayError)
+    async def assay_error(_request: Request, exc: AssayError):
+        return JSONResponse({"detail": str(exc)}, status_code=_status_of(exc))
+
+    async def read_json(request: Request):
+        length = request.headers.get("content-length")
+        if length is not None:
+            try:
+                declared = int(length)
+            except ValueError:
+                raise HTTPException(400, f"Content-Length {length!r} is not a number") from None
+            if declared > max_body_bytes:
+                raise HTTPException(413, f"the body has {declared} bytes; this server accepts at most {max_body_bytes} "
+                                         "(post smaller batches, or start the server with a larger --max-body-bytes)")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > max_body_bytes:
+                raise HTTPException(413, f"the body is over {max_body_bytes} bytes; post smaller batches")
+        try:
+            return json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise HTTPException(400, f"the body is not valid JSON: {exc}") from None
+
+    def describe(name: str) -> dict:
+        return {"options": hub.spec(name).to_json(), "stats": hub.stats(name).to_json()}
+
+    # -- API ------------------------------------------------------------------------------
+    @app.get("/health", tags=["service"], summary="Liveness check")
+    async def health() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/api/monitors", tags=["monitors"], summary="Every monitor's options and counts")
+    async def list_monitors() -> dict:
+        return {"monitors": [describe(name) for name in hub.names()]}
+
+    @app.put("/api/monitors/{name}", tags=["monitors"], summary="Create a monitor", status_code=201,
+             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
+                 "type": "object", "required": ["epsilon"], "properties": {
+                     "epsilon": {"type": "number", "minimum": 0}, "metric": {"enum": ["linf", "l2", "l1", "cosine"]},
+                     "decision_column": {"type": "string"}, "index": {"type": "string"},
+                     "max_witnesses": {"type": "integer", "minimum": 0},
+                     "features": {"type": "array", "items": {"type": "string"}},
+                     "image_shape": {"type": "array", "items": {"type": "integer"}}}}}}}})
+    async def create_monitor(name: str, request: Request, response: Response) -> dict:
+        options = await read_json(request)
+        if not isinstance(options, dict):
+            raise DataError("the monitor's options must be a JSON object like {\"epsilon\": 0.1, \"metric\": \"linf\"}")
+        if options.get("name", name) != name:
+            raise OptionError(f"the body names the monitor {options['name']!r} but the path names {name!r}")
+        spec = MonitorSpec.from_json(options | {"name": name})
+        created = await asyncio.to_thread(hub.create, spec)
+        if not created:
+            response.status_code = 200
+        return describe(name)
+
+    @app.get("/api/monitors/{name}", tags=["monitors"], summary="One monitor's options and counts")
+    async def get_monitor(name: str) -> dict:
+        return describe(name)
+
+    @app.post("/api/monitors/{name}/decisions", tags=["decisions"], summary="Record decisions; get their witnesses",
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": {"oneOf": [
+                      {"type": "object", "required": ["x", "y"], "properties": {
+                          "x": {"type": "array", "items": {"type": "number"}}, "y": {}}},
+                      {"type": "object", "required": ["decisions"], "properties": {"decisions": {"type": "array"}}},
+                      {"type": "object", "required": ["X", "Y"], "properties": {
+                          "X": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
+                          "Y": {"type": "array"}}}]},
+                  "example": {"x": [0.1, 0.5], "y": "deny"}}}}},
+              description="Bodies: " + " | ".join(SHAPES) + ". Answered after the decisions are stored. "
+                          "`flagged` lists the witnesses of each decision that has any.")
+    async def post_decisions(name: str, request: Request) -> dict:
+        hub.spec(name)  # 404 before reading the body
+        body = await read_json(request)
+        result = await writer.submit(name, body)
+        if isinstance(result, AssayError):
+            raise result
+        first = result[0].decision if result else hub.stats(name).decisions
+        return {"monitor": name, "first_id": first, "accepted": len(result),
+                "flagged": [w.to_json() for w in result if w.flagged]}
+
+    @app.get("/api/monitors/{name}/violations", tags=["decisions"], summary="Flagged decisions, paged")
+    async def violations(name: str,
+                         after_id: int | None = Query(None, description="Only decisions with a larger id (paging forward)."),
+                         before_id: int | None = Query(None, description="Only decisions with a smaller id (paging back)."),
+                         since: float | None = Query(None, description="Received at or after this Unix time."),
+                         until: float | None = Query(None, description="Received at or before this Unix time."),
+                         limit: int = Query(100, ge=1, le=1000, description="Page size."),
+                         order: str = Query("asc", pattern="^(asc|desc)$", description="By decision id.")) -> dict:
+        hub.spec(name)
+        page = await asyncio.to_thread(hub.store.violations, name, after_id=after_id, before_id=before_id, since=since,
+                                       until=until, limit=limit, newest_first=order == "desc")
+        following = None
+        if len(page) == limit:
+            following = {"after_id" if order == "asc" else "before_id": page[-1]["decision"]}
+        return {"monitor": name, "violations": page, "next": following}
+
+    @app.get("/api/monitors/{name}/stats", tags=["decisions"], summary="Counts of the stored decisions")
+    async def stats(name: str) -> dict:
+        return {"monitor": name} | hub.stats(name).to_json()
+
+    @app.get("/api/monitors/{name}/decisions/{decision_id}", tags=["decisions"], summary="One stored decision")
+    async def decision(name: str, decision_id: int) -> dict:
+        hub.spec(name)
+        found = await asyncio.to_thread(hub.store.decision, name, decision_id)
+        if found is None:
+            raise HTTPException(404, f"monitor {name!r} has no decision {decision_id}")
+        x, y, received = found
+        return {"monitor": name, "id": decision_id, "x": x.tolist(), "y": y, "received": received}
+
+    # -- dashboard ------------------------------------------------------------------------
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def index() -> HTMLResponse:
+        return HTMLResponse(await asyncio.to_thread(render_index, hub, store_label))
+
+    @app.get("/monitors/{name}", response_class=HTMLResponse, include_in_schema=False)
+    async def monitor_page(name: str, before_id: int | None = None) -> HTMLResponse:
+        hub.spec(name)
+        return HTMLResponse(await asyncio.to_thread(render_monitor, hub, name, store_label, before_id))
+
+    @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
+    async def login_form() -> HTMLResponse:
+        return HTMLResponse(render_login(failed=False))
+
+    @app.post("/login", include_in_schema=False)
+    async def login(request: Request):
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > 4096:
+                raise HTTPException(413, "the login form is too large")
+        presented = parse_qs(body.decode("utf-8", "replace")).get("token", [""])[0]
+        if token is None or not token_matches(presented, token):
+            return HTMLResponse(render_login(failed=token is not None), status_code=401 if token is not None else 200)
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(COOKIE, presented, httponly=True, samesite="strict")
+        return response
+
+    @app.get("/static/{asset}", include_in_schema=False)
+    async def static(asset: str) -> Response:
+        if asset not in _ASSETS:  # a fixed list: no path ever reaches the file system
+            raise HTTPException(404, "no such asset")
+        content = resources.files("assay.serve").joinpath("static", asset).read_bytes()
+        return Response(content, media_type=_ASSETS[asset], headers={"Cache-Control": "max-age=300"})
+
+    return app
