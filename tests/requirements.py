@@ -23,6 +23,8 @@ INSTALL = {
     "dd": "dd==0.6.0",
     "pyarrow": "pyarrow",
     "distributed": "distributed",
+    "psycopg": "psycopg[binary]",
+    "selenium": "selenium",
 }
 
 
