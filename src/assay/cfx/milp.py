@@ -1,0 +1,245 @@
+"""The nearest counterfactual of a ReLU network, by MILP (or a fast gradient search for large networks).
+
+:func:`counterfactual` finds ``x′`` minimising ``‖x′ − x‖₁`` (or ``‖x′ − x‖∞``) over the encoded
+variables subject to: the network classifies ``x′`` as ``target`` with every target row
+``C f(x′) ≥ margin`` (see :mod:`assay.cfx._model`), and ``x′`` respects the
+:class:`~assay.cfx.FeatureTypes` (bounds, one-hot, thermometer, immutables).
+
+The network is encoded exactly: each unstable ReLU gets a binary variable and big-M constraints whose
+constants are **sound pre-activation bounds** over the feasible input box computed by
+:func:`assay.bounds.compute_bounds` (CROWN by default), never a fixed large constant; stable ReLUs are
+linear. The MILP is therefore an exact model of the network over the feature box, and an optimal
+solve returns the nearest valid counterfactual (up to the solver's relative gap, 1e-6 by default).
+The point returned is snapped onto the encoding (bits rounded, bounds clipped) and **re-checked with
+a plain forward pass**: it is returned as found only if every target row is > 0 there.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from assay._validate import check_choice
+from assay.cfx._model import MilpBuilder, check_mlp, predicted_class, relu_rows, row_margins, target_rows
+from assay.cfx.features import FeatureTypes
+from assay.errors import DataError, OptionError
+
+__all__ = ["Counterfactual", "counterfactual", "default_target"]
+
+# The MILP asks for every target row ≥ max(margin, MIN_MARGIN): solver tolerances (1e-7 … 1e-6)
+# cannot then turn an accepted point into one that sits on the decision boundary.
+MIN_MARGIN = 1e-4
+
+
+@dataclass(frozen=True)
+class Counterfactual:
+    """A counterfactual explanation of ``x`` for class ``target``.
+
+    Attributes:
+        x: the explained input (encoded), float64.
+        x_cf: the counterfactual, or None when none was found.
+        target: the class ``x_cf`` is classified as.
+        status: ``"found"``, ``"infeasible"`` (no point of the feature box with the required
+            margin: proven by the solver), ``"timeout"`` (the time limit passed with no point)
+            or ``"failed"`` (the solver's point did not pass the forward-pass check).
+        distance: ``‖x_cf − x‖`` in ``norm`` (inf when not found).
+        norm: ``"l1"`` or ``"linf"``.
+        margin: the margin asked for (every target row of the output ≥ margin).
+        achieved_margin: ``min_s (C f(x_cf))_s`` by a plain forward pass (> 0: valid).
+        optimal: the solver proved ``x_cf`` nearest (within its relative gap) for this margin.
+        lower_bound: the solver's proven lower bound on the distance of any such counterfactual.
+        method: ``"milp"`` or ``"gradient"``.
+        seconds: wall time.
+        message: a sentence for people.
+    """
+
+    x: np.ndarray
+    x_cf: np.ndarray | None
+    target: int
+    status: str
+    distance: float
+    norm: str
+    margin: float
+    achieved_margin: float
+    optimal: bool
+    lower_bound: float
+    method: str
+    seconds: float
+    message: str
+
+    @property
+    def found(self) -> bool:
+        return self.status == "found"
+
+    def to_json(self) -> dict:
+        return {
+            "x": self.x.tolist(), "x_cf": None if self.x_cf is None else self.x_cf.tolist(), "target": self.target,
+            "status": self.status, "distance": _finite(self.distance), "norm": self.norm, "margin": self.margin,
+            "achieved_margin": _finite(self.achieved_margin), "optimal": self.optimal,
+            "lower_bound": _finite(self.lower_bound), "method": self.method, "seconds": self.seconds,
+            "message": self.message,
+        }
+
+
+def _finite(value: float):
+    return float(value) if np.isfinite(value) else None
+
+
+def default_target(network, x) -> int:
+    """The class a counterfactual of ``x`` aims at by default: the other class of a binary model."""
+    if network.output_size > 2:
+        raise OptionError(f"{network.source} has {network.output_size} classes: say which class the counterfactual "
+                          "should reach (target=..., --target)")
+    return 1 - int(predicted_class(network, x)[0])
+
+
+def counterfactual(
+    network,
+    x,
+    distance: str = "l1",
+    features: FeatureTypes | None = None,
+    target: int | None = None,
+    margin: float = 0.0,
+    *,
+    method: str = "milp",
+    time_limit: float | None = None,
+    bounds_method: str = "crown",
+    rng: np.random.Generator | None = None,
+) -> Counterfactual:
+    """The nearest input classified as ``target`` (see the module docstring for the contract).
+
+    Args:
+        network: a :class:`~assay.nn.Network` Linear/ReLU chain over a flat input (e.g. loaded from a
+            scikit-learn ``MLPClassifier`` with :func:`assay.nn.load`).
+        x: the input to explain, in the network's encoded space (respecting ``features``).
+        distance: ``"l1"`` (default, the paper's) or ``"linf"``.
+        features: the :class:`FeatureTypes`; default: every variable continuous in [0, 1].
+        target: the class to reach; default: the other class of a binary classifier.
+        margin: every target row of the output must be ≥ ``margin`` (Algorithm 2 grows it);
+            at least :data:`MIN_MARGIN` is asked so that the answer is strictly valid.
+        method: ``"milp"`` (exact, default) or ``"gradient"`` (projected gradient descent on a
+            hinge loss plus the distance; fast for large networks, no optimality claim).
+        time_limit: seconds for the solver (None: no limit); a point found by then is returned
+            with ``optimal=False``.
+        bounds_method: how the big-M constants are bounded (``"crown"``, ``"ibp"``, ``"alpha"``).
+        rng: random generator of the gradient method's restarts (default: seeded 0).
+
+    Returns:
+        a :class:`Counterfactual`; infeasible requests get ``status="infeasible"`` with a message
+        naming the immutable variables and bounds, not an exception.
+    """
+    started = time.perf_counter()
+    check_choice(distance, "distance", "counterfactual", ("l1", "linf"))
+    check_choice(method, "method", "counterfactual", ("milp", "gradient"))
+    affine = check_mlp(network, "counterfactual")
+    features = features if features is not None else FeatureTypes.continuous(network.input_size)
+    if features.size != network.input_size:
+        raise DataError(f"the feature spec has {features.size} variables but {network.source} takes {network.input_size} inputs")
+    x = features.check_input(x, "the input to explain")
+    if not np.isfinite(margin) or margin < 0:
+        raise OptionError(f"the margin of counterfactual must be a finite number ≥ 0; got {margin}")
+    target = default_target(network, x) if target is None else target
+    C = target_rows(network, target)
+    required = max(float(margin), MIN_MARGIN)
+    if method == "gradient":
+        from assay.cfx.gradient import gradient_counterfactual
+
+        point = gradient_counterfactual(network, x, C, features, required, distance,
+                                        rng if rng is not None else np.random.default_rng(0))
+        return _finish(network, x, point, C, int(target), distance, margin, features, "gradient", False, -np.inf,
+                       started, "no point found by the gradient search" if point is None else "")
+
+    lower, upper = features.lower.copy(), features.upper.copy()
+    frozen = features.frozen_variables()
+    lower[frozen] = upper[frozen] = x[frozen]
+    pre_bounds = _pre_activation_bounds(network, lower, upper, bounds_method)
+
+    builder = MilpBuilder()
+    binary = np.array([features.is_binary(i) for i in range(features.size)])
+    xs = np.empty(features.size, dtype=int)
+    for i in range(features.size):
+        xs[i] = builder.add(1, lower[i], upper[i], integer=bool(binary[i]))[0]
+    for group in features.one_hot:
+        builder.row({int(xs[i]): 1.0 for i in group}, 1.0, 1.0)
+    for group in features.ordinal:
+        builder.row({int(xs[group[0]]): 1.0}, 1.0, 1.0)
+        for a, b in zip(group, group[1:]):
+            builder.row({int(xs[a]): 1.0, int(xs[b]): -1.0}, 0.0, np.inf)
+    _distance_objective(builder, xs, x, binary, distance)
+
+    previous = xs
+    for k, (W, b) in enumerate(affine[:-1]):
+        terms = [{int(previous[j]): float(W[i, j]) for j in range(W.shape[1]) if W[i, j] != 0.0} for i in range(W.shape[0])]
+        previous = relu_rows(builder, terms, b, pre_bounds[k][0], pre_bounds[k][1])
+    W, b = affine[-1]
+    rows = C @ W
+    builder.linear_rows(rows, previous, None, required - C @ b, np.full(len(C), np.inf))
+    solution = builder.solve(time_limit=time_limit)
+    constant = float(x[binary].sum()) if distance == "l1" else 0.0
+    if solution.x is None:
+        if solution.status == "infeasible":
+            message = _infeasible_message(features, frozen, target, required)
+            return _not_found(x, target, "infeasible", distance, margin, np.inf, started, message)
+        return _not_found(x, target, "timeout" if solution.status == "timeout" else "failed", distance, margin, -np.inf,
+                          started, f"the MILP solver stopped without a point: {solution.message}")
+    point = features.snap(solution.x[xs])
+    point[frozen] = x[frozen]
+    return _finish(network, x, point, C, int(target), distance, margin, features, "milp",
+                   solution.status == "optimal", solution.bound + constant, started, "")
+
+
+def _pre_activation_bounds(network, lower, upper, method):
+    from assay.bounds import compute_bounds
+    from assay.sets import Box
+
+    result = compute_bounds(network, Box(torch.as_tensor(lower), torch.as_tensor(upper)), method=method)
+    return [(lo[0].numpy().astype(np.float64), hi[0].numpy().astype(np.float64))
+            for lo, hi in zip(result.intermediate.lower, result.intermediate.upper)]
+
+
+def _distance_objective(builder: MilpBuilder, xs, x, binary, distance):
+    """l1: Σ t_i with t_i ≥ |x′_i − x_i| (continuous) and the linear |bit − bit₀| for bits; linf: one s ≥ every |x′_i − x_i|."""
+    if distance == "l1":
+        for i in range(len(xs)):
+            if binary[i]:
+                builder.cost[int(xs[i])] = -1.0 if x[i] > 0.5 else 1.0
+            else:
+                t = int(builder.add(1, 0.0, np.inf, cost=1.0)[0])
+                builder.row({t: 1.0, int(xs[i]): -1.0}, -x[i], np.inf)
+                builder.row({t: 1.0, int(xs[i]): 1.0}, x[i], np.inf)
+    else:
+        s = int(builder.add(1, 0.0, np.inf, cost=1.0)[0])
+        for i in range(len(xs)):
+            builder.row({s: 1.0, int(xs[i]): -1.0}, -x[i], np.inf)
+            builder.row({s: 1.0, int(xs[i]): 1.0}, x[i], np.inf)
+
+
+def _infeasible_message(features, frozen, target, required) -> str:
+    parts = [f"no input within the feature bounds is classified as class {target} with margin {required:g}"]
+    if len(frozen):
+        names = ", ".join(features.name(i) for i in frozen[:8]) + (" …" if len(frozen) > 8 else "")
+        parts.append(f"while the immutable variables ({names}) keep their values")
+    return " ".join(parts) + "; allow more variables to change, widen their bounds, or lower the margin"
+
+
+def _not_found(x, target, status, distance, margin, bound, started, message) -> Counterfactual:
+    return Counterfactual(x, None, int(target), status, np.inf, distance, float(margin), -np.inf, False, bound, "milp", time.perf_counter() - started, message)
+
+
+def _finish(network, x, point, C, target, distance, margin, features, method, optimal, bound, started, message):
+    if point is None:
+        return Counterfactual(x, None, target, "failed", np.inf, distance, float(margin), -np.inf, False, bound, method,
+                              time.perf_counter() - started, message)
+    achieved = float(row_margins(network, point, C)[0])
+    problems = features.violations(point, x)
+    if achieved <= 0 or problems:
+        why = f"its target margin is {achieved:.3g} ≤ 0" if achieved <= 0 else "; ".join(problems)
+        return Counterfactual(x, None, target, "failed", np.inf, distance, float(margin), achieved, False, bound, method,
+                              time.perf_counter() - started, f"the solver's point failed the forward-pass check: {why}")
+    dist = features.distance(x, point, distance)
+    text = message or (f"class {target} at {distance} distance {dist:.4g}" + (" (optimal)" if optimal else ""))
+    return Counterfactual(x, point, target, "found", dist, distance, float(margin), achieved, optimal,
+                          min(bound, dist), method, time.perf_counter() - started, text)
