@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from assay.errors import UnsupportedOperatorError
-from assay.nn.layers import AvgPool2d, Conv2d, Flatten, Linear, ReLU
+from assay.nn.layers import AvgPool2d, Conv2d, Flatten, Linear, ReLU, Reshape
 from assay.nn.network import Network
 
 SUPPORTED = "Linear, Conv2d, ReLU, AvgPool2d, Flatten"
@@ -127,7 +127,7 @@ class Plan:
                     AffineStage(index, "conv", in_shape, out_shape, weight, bias, weight.abs(), conv, fan,
                                 isinstance(layer, Conv2d))
                 )
-            elif isinstance(layer, Flatten):
+            elif isinstance(layer, (Flatten, Reshape)):  # a pure reshape: out_shape says which
                 self.stages.append(AffineStage(index, "flatten", in_shape, out_shape, None, None, None, None, 1, False))
             else:  # pragma: no cover - Network validates its layers
                 raise UnsupportedOperatorError(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -168,5 +169,26 @@ class Flatten:
     num_parameters = 0
 
 
-Layer = Linear | Conv2d | ReLU | AvgPool2d | Flatten
+@dataclass(frozen=True)
+class Reshape:
+    """Row-major reshape of everything but the batch dimension to ``shape`` (same number of elements).
+
+    Analyses build it (e.g. :mod:`assay.preimage` puts the image shape back after the affine map
+    that places a patch's free pixels into an image); it is a pure reshape for the bound engine.
+    """
+
+    shape: tuple[int, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+
+    def output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
+        if int(np.prod(input_shape)) != int(np.prod(self.shape)):
+            raise ModelLoadError(f"a Reshape to {self.shape} received shape {input_shape}, whose size differs")
+        return self.shape
+
+    num_parameters = 0
+
+
+Layer = Linear | Conv2d | ReLU | AvgPool2d | Flatten | Reshape
 AFFINE_LAYERS = (Linear, Conv2d)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from assay.errors import DataError, ModelLoadError
-from assay.nn.layers import AvgPool2d, Conv2d, Flatten, Layer, Linear, ReLU
+from assay.nn.layers import AvgPool2d, Conv2d, Flatten, Layer, Linear, ReLU, Reshape
 
 __all__ = ["Network"]
 
@@ -29,7 +29,7 @@ class Network:
     """An ordered list of layers applied to inputs of shape ``(batch, *input_shape)``.
 
     Layers are :class:`Linear`, :class:`Conv2d`, :class:`ReLU`, :class:`AvgPool2d` and
-    :class:`Flatten`; loaders fold batch normalisation and input normalisation into the
+    :class:`Flatten` (and :class:`Reshape`, which analyses build); loaders fold batch normalisation and input normalisation into the
     neighbouring affine layers. Parameters are stored in float64; :meth:`forward` runs in
     float32 or float64.
 
@@ -55,7 +55,7 @@ class Network:
             raise ModelLoadError(f"{self.source}: the network has no layers")
         shapes = [input_shape]
         for index, layer in enumerate(layers):
-            if not isinstance(layer, (Linear, Conv2d, ReLU, AvgPool2d, Flatten)):
+            if not isinstance(layer, (Linear, Conv2d, ReLU, AvgPool2d, Flatten, Reshape)):
                 raise ModelLoadError(f"{self.source}: layer {index} is a {type(layer).__name__}, not an assay layer")
             try:
                 shapes.append(layer.output_shape(shapes[-1]))
@@ -137,6 +137,8 @@ class Network:
             return torch.relu(x)
         if isinstance(layer, AvgPool2d):
             return F.avg_pool2d(x, layer.kernel_size, layer.stride, layer.padding, count_include_pad=True)
+        if isinstance(layer, Reshape):
+            return x.reshape(x.shape[0], *layer.shape)
         return x.reshape(x.shape[0], -1)
 
     def summary(self) -> list[dict]:
@@ -174,6 +176,8 @@ class Network:
                 module = torch.nn.ReLU()
             elif isinstance(layer, AvgPool2d):
                 module = torch.nn.AvgPool2d(layer.kernel_size, layer.stride, layer.padding, count_include_pad=True)
+            elif isinstance(layer, Reshape):
+                module = torch.nn.Unflatten(1, layer.shape) if len(layer.shape) > 1 else torch.nn.Flatten()
             else:
                 module = torch.nn.Flatten()
             modules.append(module)

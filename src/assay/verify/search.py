@@ -55,6 +55,10 @@ class Branches:
             box for input splitting, 2^−depth for ReLU splitting); the shares of a partition sum to 1.
         row_upper: (B, m) sound upper bounds of the query's rows ``C y + d`` on each branch, set
             by strategies that have them once the branch is bounded (input splitting), else None.
+        tags: a strategy's own per-branch values, carried along with the branch: a dict of
+            tensors whose first dimension is B (e.g. preimage refinement's polytopes and volume
+            estimates), or None. Selecting and concatenating branches selects and concatenates
+            them; :func:`branch_and_bound` can order its pending branches by one of them.
     """
 
     lower: torch.Tensor
@@ -63,6 +67,7 @@ class Branches:
     parents: IntermediateBounds | None
     weight: torch.Tensor
     row_upper: torch.Tensor | None = None
+    tags: dict[str, torch.Tensor] | None = None
 
     def __len__(self) -> int:
         return self.weight.shape[0]
@@ -75,6 +80,7 @@ class Branches:
             None if self.parents is None else self.parents.select(which),
             self.weight[which],
             None if self.row_upper is None else self.row_upper[which],
+            _select_tags(self.tags, which),
         )
 
     def domains(self, which) -> Branches:
@@ -82,7 +88,8 @@ class Branches:
         branch keeps; cheaper than :meth:`select` when the bounds are not needed)."""
         return Branches(self.lower[which], self.upper[which],
                         None if self.splits is None else tuple(s[which] for s in self.splits), None,
-                        self.weight[which], None if self.row_upper is None else self.row_upper[which])
+                        self.weight[which], None if self.row_upper is None else self.row_upper[which],
+                        _select_tags(self.tags, which))
 
     @staticmethod
     def concat(parts: list[Branches]) -> Branches:
@@ -93,9 +100,12 @@ class Branches:
         row_upper = None
         if all(p.row_upper is not None for p in parts):
             row_upper = torch.cat([p.row_upper for p in parts])
+        tags = None
+        if all(p.tags is not None for p in parts):
+            tags = {name: torch.cat([p.tags[name] for p in parts]) for name in parts[0].tags}
         return Branches(torch.cat([p.lower for p in parts]), torch.cat([p.upper for p in parts]), splits,
                         _concat_bounds([p.parents for p in parts], [len(p) for p in parts]),
-                        torch.cat([p.weight for p in parts]), row_upper)
+                        torch.cat([p.weight for p in parts]), row_upper, tags)
 
 
 @dataclass(frozen=True, eq=False)
@@ -211,6 +221,8 @@ def branch_and_bound(
     stats: SearchStats,
     keep_closed: bool | str = False,
     max_leaves: int | None = None,
+    priority: str | None = None,
+    stop: Callable[[SearchState], bool] | None = None,
     progress: Callable[[float, int], None] | None = None,
 ) -> SearchOutcome:
     """Run (or resume) a search until it is decided or ``deadline`` passes.
@@ -228,6 +240,12 @@ def branch_and_bound(
             the closed, pending, unresolved and open branches number at most this many, the
             heaviest first; the others become ``unresolved`` and the search answers UNKNOWN
             once nothing is pending. Used where a bounded tree is wanted (online verification).
+        priority: the name of a tag (see :attr:`Branches.tags`): each round takes the pending
+            branches with the largest values of it (best first, e.g. preimage refinement's
+            unapproximated volume) instead of the most recent ones (depth first, the default).
+        stop: a caller's rule, asked after each round with the search's state: when it answers
+            True the search returns UNKNOWN (not finished) with that state, which stays a
+            valid value to resume from or read (anytime searches: a time-limited run, Ctrl-C).
         progress: optional ``(settled weight, pending branches)`` callback after each round.
     """
     if max_leaves is not None and not keep_closed:
@@ -246,7 +264,8 @@ def branch_and_bound(
     while pending:
         if deadline.passed():
             return SearchOutcome(VerificationStatus.TIMEOUT, None, snapshot())
-        batch = _take(pending, deadline.batch(batch_size))
+        batch = _take(pending, deadline.batch(batch_size)) if priority is None else \
+            _take_best(pending, deadline.batch(batch_size), priority)
         started = time.monotonic()
         bounded = strategy.bound(batch, deadline, stats)
         deadline.record(len(batch), time.monotonic() - started)
@@ -280,6 +299,8 @@ def branch_and_bound(
         stats.max_pending = max(stats.max_pending, sum(len(chunk) for chunk in pending))
         if progress is not None:
             progress(settled, sum(len(chunk) for chunk in pending))
+        if stop is not None and pending and stop(snapshot()):
+            return SearchOutcome(VerificationStatus.UNKNOWN, None, snapshot())
     status = VerificationStatus.UNKNOWN if unresolved else VerificationStatus.HOLDS
     return SearchOutcome(status, None, snapshot())
 
@@ -311,6 +332,22 @@ def _take(pending: list[Branches], count: int) -> Branches:
         parts.append(chunk)
         have += len(chunk)
     return Branches.concat(parts)
+
+
+def _take_best(pending: list[Branches], count: int, tag: str) -> Branches:
+    """Pop the ``count`` pending branches with the largest ``tags[tag]`` (best first); the rest
+    stay pending as one chunk."""
+    every = Branches.concat(pending)
+    pending.clear()
+    if len(every) <= count:
+        return every
+    order = every.tags[tag].argsort(descending=True, stable=True)
+    pending.append(every.select(order[count:]))
+    return every.select(order[:count])
+
+
+def _select_tags(tags: dict[str, torch.Tensor] | None, which) -> dict[str, torch.Tensor] | None:
+    return None if tags is None else {name: value[which] for name, value in tags.items()}
 
 
 def _concat_bounds(parts: list[IntermediateBounds | None], sizes: list[int]) -> IntermediateBounds | None:

@@ -1,0 +1,251 @@
+"""Preimage refinement as a strategy of the one search core (:func:`assay.verify.search.branch_and_bound`).
+
+Each branch is a *piece*: a box of the free input coordinates ``z`` carrying, in its tags, a
+polytope ``A z + b ≥ 0`` built from sound linear bounds of the specification's rows over the box,
+and the sample counts that estimate the piece's volumes. The core takes the pieces with the most
+unapproximated volume first (``priority`` tag); :meth:`PreimageRefinement.split` halves each one
+along the input coordinate whose halves approximate best (PREMAP's input splitting, all
+coordinates tried on the parent's samples), and bounds the two children at once, so every piece
+in the search's state carries a valid polytope: the state is an approximation at every moment.
+
+Soundness, with ``g(y) = C y + d ≥ 0`` the output region (one conjunction) and ``ℓ_i``/``u_i``
+sound linear lower/upper bounds of row i over a box (from :func:`assay.bounds.compute_bounds`):
+
+* under-approximation: ``{z ∈ box : ℓ_i(z) ≥ 0 ∀i} ⊆ {z ∈ box : g(f(z)) ≥ 0}`` because
+  ``g_i(f(z)) ≥ ℓ_i(z)``;
+* over-approximation: ``{z ∈ box : g(f(z)) ≥ 0} ⊆ {z ∈ box : u_i(z) ≥ 0 ∀i}`` because
+  ``u_i(z) ≥ g_i(f(z))``. A piece is dropped only when sound bounds prove it holds no
+  preimage point (some row's upper bound is negative on the whole box), never because no
+  sample landed in it.
+
+Membership is evaluated with an outward tolerance (inward for under-approximations) that covers
+the rounding of evaluating ``A z + b`` in float64, so a point accepted by an under-approximation
+truly satisfies the constraints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from assay.bounds import AlphaCrownOptions, compute_bounds
+from assay.nn import Network
+from assay.verify.search import BoundedBranches, Branches, LeafDecision
+
+__all__ = ["PreimageRefinement", "satisfies", "EPS"]
+
+EPS = 2.0 ** -52
+# Pieces whose widest side is below this share of the region's widest side are not split further.
+_MIN_WIDTH = 1e-7
+
+
+def satisfies(A: torch.Tensor, b: torch.Tensor, z: torch.Tensor, inward: bool) -> torch.Tensor:
+    """Whether points z (B, N, k) satisfy A z + b ≥ 0 ((B, m, k), (B, m)) for every row: (B, N) bool.
+
+    The evaluation's rounding error is at most ``k · EPS · (|A| |z| + |b|)`` per row (plus the
+    final addition); ``inward=True`` demands that much slack (a point accepted truly satisfies
+    the constraints: for under-approximations), ``inward=False`` allows it (every point that
+    truly satisfies them is accepted: for over-approximations).
+    """
+    value = torch.einsum("bmk,bnk->bnm", A, z) + b.unsqueeze(1)
+    slack = (A.shape[-1] + 2) * EPS * (torch.einsum("bmk,bnk->bnm", A.abs(), z.abs()) + b.abs().unsqueeze(1))
+    return (value >= slack).all(-1) if inward else (value >= -slack).all(-1)
+
+
+@dataclass
+class RefinementCounters:
+    """Work done: pieces bounded, engine calls, samples pushed through the network."""
+
+    pieces: int = 0
+    bound_calls: int = 0
+    samples: int = 0
+
+
+class PreimageRefinement:
+    """The search strategy; see the module docstring.
+
+    Args:
+        network: the network of the free coordinates z.
+        C, d: the output region's rows ``C y + d ≥ 0`` (one conjunction), float64.
+        kind: ``"under"`` or ``"over"``.
+        samples: uniform samples per piece for its volume estimates.
+        method: bound method of the chosen children: ``"crown"`` or ``"alpha"`` (α-CROWN
+            maximising the sample-based volume of the approximation, as in PREMAP).
+        alpha_iterations: α-CROWN steps.
+        rng: the source of every sample.
+        min_width: pieces narrower than this (widest side) are not split.
+    """
+
+    def __init__(self, network: Network, C: torch.Tensor, d: torch.Tensor, kind: str, *, samples: int,
+                 method: str, alpha_iterations: int, rng: torch.Generator, min_width: float):
+        self.network = network
+        self.C, self.d = C, d
+        self.kind = kind
+        self.samples = samples
+        self.method = method
+        self.alpha_options = AlphaCrownOptions(iterations=alpha_iterations)
+        self.rng = rng
+        self.min_width = min_width
+        self.counters = RefinementCounters()
+        # Bound g itself (under: its lower side gives the polytope) or −g (over: −g's lower side
+        # is g's upper side), so that the side α-CROWN optimises is the polytope's side.
+        self._sign = 1.0 if kind == "under" else -1.0
+
+    # ------------------------------------------------------------------ the strategy's four steps
+    def bound(self, branches: Branches, deadline, stats) -> BoundedBranches:
+        """Pieces are bounded when created (by :meth:`root` and :meth:`split`): here they are only
+        sorted into closed (exact, or too small to split) and open."""
+        tags = branches.tags
+        width = (branches.upper - branches.lower).max(1).values
+        closed = tags["exact"] | (width <= self.min_width)
+        return BoundedBranches(branches, closed, torch.zeros(len(branches), dtype=torch.float64))
+
+    def probe(self, bounded, open_, deadline, stats):
+        return None  # a preimage has no counterexamples to look for
+
+    def decide(self, bounded, open_, deadline, stats) -> LeafDecision:
+        return LeafDecision(torch.zeros_like(open_))
+
+    def split(self, bounded: BoundedBranches, open_: torch.Tensor) -> Branches:
+        """Halve every open piece along its best coordinate; return the bounded children."""
+        parents = bounded.branches.select(open_)
+        lower, upper = parents.lower, parents.upper
+        P, k = lower.shape
+        z = self._uniform(lower, upper, self.samples)  # (P, N, k)
+        inside = self._in_preimage(z)
+        middle = (lower + upper) / 2
+        # Every candidate cut: children (P, k, 2) boxes, bounded with CROWN in one call.
+        eye = torch.eye(k, dtype=torch.bool)
+        left_upper = torch.where(eye, middle.unsqueeze(1), upper.unsqueeze(1))    # (P, k, k)
+        right_lower = torch.where(eye, middle.unsqueeze(1), lower.unsqueeze(1))
+        cand_lower = torch.stack([lower.unsqueeze(1).expand(P, k, k), right_lower], 2).reshape(P * k * 2, k)
+        cand_upper = torch.stack([left_upper, upper.unsqueeze(1).expand(P, k, k)], 2).reshape(P * k * 2, k)
+        A, b, _, _ = self._polytopes(cand_lower, cand_upper, "crown")
+        A, b = A.reshape(P, k, 2, *A.shape[1:]), b.reshape(P, k, 2, -1)
+        # Score each cut on the parent's samples: volume of the union of its two children's polytopes.
+        on_right = z.unsqueeze(1) >= middle.unsqueeze(1).unsqueeze(2)      # (P, 1→k, N, k) per axis
+        on_right = torch.diagonal(on_right.expand(P, k, *z.shape[1:]), dim1=1, dim2=3).permute(0, 2, 1)  # (P, k, N)
+        covered = torch.zeros(P, k, z.shape[1], dtype=torch.bool)
+        for side in (0, 1):
+            member = satisfies(A[:, :, side].reshape(P * k, *A.shape[3:]), b[:, :, side].reshape(P * k, -1),
+                               z.unsqueeze(1).expand(P, k, *z.shape[1:]).reshape(P * k, *z.shape[1:]),
+                               inward=self.kind == "under").reshape(P, k, -1)
+            covered |= member & (on_right == bool(side))
+        if self.kind == "under":
+            score = (covered & inside.unsqueeze(1)).sum(-1).to(torch.float64)
+        else:
+            score = -covered.sum(-1).to(torch.float64)
+        # Ties (e.g. nothing covered either way) go to the widest coordinate.
+        score = score + 1e-6 * (upper - lower) / (upper - lower).max(1, keepdim=True).values
+        axis = score.argmax(1)
+        rows = torch.arange(P)
+        child_lower = torch.stack([lower, right_lower[rows, axis]], 1).reshape(2 * P, k)
+        child_upper = torch.stack([left_upper[rows, axis], upper], 1).reshape(2 * P, k)
+        # The children's samples: the parent's, split by the cut (uniform in each half), topped up
+        # with fresh ones; all fresh points go through the network in one pass.
+        right = on_right[rows, axis]  # (P, N)
+        kept, fresh = [], []
+        for child in range(2 * P):
+            mine = right[child // 2] == bool(child % 2)
+            reuse = z[child // 2, mine][: self.samples]
+            kept.append((reuse, inside[child // 2, mine][: self.samples]))
+            need = self.samples - reuse.shape[0]
+            fresh.append(self._uniform(child_lower[child].unsqueeze(0), child_upper[child].unsqueeze(0), need)[0])
+        drawn = torch.cat(fresh)
+        drawn_inside = self._in_preimage(drawn.unsqueeze(0))[0] if drawn.shape[0] else drawn.new_zeros(0, dtype=torch.bool)
+        child_z, child_inside, start = [], [], 0
+        for (reuse, reuse_inside), extra in zip(kept, fresh):
+            end = start + extra.shape[0]
+            child_z.append(torch.cat([reuse, extra]))
+            child_inside.append(torch.cat([reuse_inside, drawn_inside[start:end]]))
+            start = end
+        return self._pieces(child_lower, child_upper, torch.stack(child_z), torch.stack(child_inside),
+                            parents.weight.repeat_interleave(2) / 2)
+
+    # ------------------------------------------------------------------ pieces
+    def root(self, lower: torch.Tensor, upper: torch.Tensor) -> Branches:
+        """The whole region as one bounded piece."""
+        lower, upper = lower.unsqueeze(0), upper.unsqueeze(0)
+        z = self._uniform(lower, upper, self.samples)
+        return self._pieces(lower, upper, z, self._in_preimage(z), torch.ones(1, dtype=torch.float64))
+
+    def _pieces(self, lower, upper, z, inside, weight) -> Branches:
+        """Bound boxes (B, k) whose samples z (B, N, k) and memberships are given; tag them."""
+        A, b, row_lower, row_upper = self._polytopes(lower, upper, self.method, z, inside)
+        B = lower.shape[0]
+        # Sound shortcuts. g's bounds: under bounds g (rows as they are), over bounds −g.
+        g_lower, g_upper = (row_lower, row_upper) if self.kind == "under" else (-row_upper, -row_lower)
+        everywhere = (g_lower >= 0).all(1)   # the whole box maps into the region
+        nowhere = (g_upper < 0).any(1)       # no point of the box does
+        A = torch.where((everywhere | nowhere).view(B, 1, 1), torch.zeros_like(A), A)
+        b = torch.where(everywhere.view(B, 1), torch.zeros_like(b), b)
+        b = torch.where(nowhere.view(B, 1), torch.full_like(b, -1.0), b)  # an empty polytope: 0 ≥ 1
+        member = satisfies(A, b, z, inward=self.kind == "under")
+        self._check(member, inside, z)
+        volume = torch.prod(upper - lower, 1)
+        n = torch.full((B,), float(z.shape[1]), dtype=torch.float64)
+        k_pre = inside.sum(1).to(torch.float64)
+        k_poly = member.sum(1).to(torch.float64)
+        gap = (k_pre - k_poly) if self.kind == "under" else (k_poly - k_pre)
+        self.counters.pieces += B
+        tags = {"A": A, "b": b, "n": n, "k_pre": k_pre, "k_poly": k_poly, "exact": everywhere | nowhere,
+                "empty": nowhere, "inside": everywhere, "priority": volume * gap / n}
+        return Branches(lower, upper, None, None, weight, None, tags)
+
+    def _polytopes(self, lower, upper, method, z=None, inside=None):
+        """Linear bounds of ±g over boxes → polytope (A, b) in the ``A z + b ≥ 0`` form, plus the
+        concrete lower and upper bounds of the bounded rows (±g)."""
+        sign = self._sign
+        C, d = sign * self.C, sign * self.d
+        objective = None
+        options = None
+        if method == "alpha":
+            options = self.alpha_options
+            objective = self._volume_objective(z, inside)
+        result = compute_bounds(self.network, (lower, upper), (C, d), method, dtype="float64", sides="both",
+                                return_linear=True, options=options, objective=objective)
+        self.counters.bound_calls += 1
+        linear = result.linear
+        A, b = linear.lower_A.reshape(lower.shape[0], C.shape[0], -1), linear.lower_b
+        if self.kind == "over":  # −g ≥ ℓ(z)  ⇒  g ≤ −ℓ(z): the polytope is −ℓ(z) ≥ 0
+            A, b = -A, -b
+        return A, b, result.lower, result.upper
+
+    def _volume_objective(self, z, inside):
+        """α-CROWN's objective (PREMAP): the smoothed share of the piece's samples that the
+        polytope classifies right (under: preimage samples covered; over: others excluded)."""
+        kind = self.kind
+        target = inside if kind == "under" else ~inside
+
+        def objective(linear, lower):
+            value = torch.einsum("bmk,bnk->bnm", linear.lower_A.reshape(z.shape[0], -1, z.shape[-1]), z) \
+                + linear.lower_b.unsqueeze(1)
+            margin = value.min(-1).values if kind == "under" else value.max(-1).values  # (B, N)
+            scale = margin.detach().abs().mean(1, keepdim=True).clamp(min=1e-12)
+            share = torch.sigmoid(margin / scale)
+            return (share * target).sum(1) / target.sum(1).clamp(min=1)
+
+        return objective
+
+    # ------------------------------------------------------------------ sampling
+    def _uniform(self, lower, upper, count) -> torch.Tensor:
+        u = torch.rand(lower.shape[0], count, lower.shape[1], generator=self.rng, dtype=torch.float64)
+        return lower.unsqueeze(1) + u * (upper - lower).unsqueeze(1)
+
+    def _in_preimage(self, z) -> torch.Tensor:
+        """Whether the network maps each sample (B, N, k) into the region (float64 forward pass)."""
+        B, N, k = z.shape
+        y = self.network.forward(z.reshape(B * N, k))
+        self.counters.samples += B * N
+        return ((y @ self.C.T + self.d) >= 0).all(1).reshape(B, N)
+
+    def _check(self, member, inside, z) -> None:
+        """Every sample is a test of the approximation's soundness: refuse to go on after a failed one."""
+        wrong = member & ~inside if self.kind == "under" else inside & ~member
+        if wrong.any():
+            index = tuple(int(i) for i in torch.nonzero(wrong)[0])
+            point = z[index[0], index[1]].tolist()
+            raise RuntimeError(f"soundness bug: the {self.kind}-approximation of a piece misclassifies the "
+                               f"sampled point {point}; please report it")
+
