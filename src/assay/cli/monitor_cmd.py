@@ -42,8 +42,14 @@ def monitor(
     batch_size: int = typer.Option(256, "--batch-size", help="Decisions per batch (latency is amortised over a batch)."),
     checkpoint: Path = typer.Option(None, "--checkpoint", help="Save the monitor's state here at the end."),
     report: Path = typer.Option(None, "--report", help="Also write a self-contained HTML summary (latency histogram, top flagged decisions) here."),
+    post: str = typer.Option(None, "--post", help="Stream the decisions into a running `assay serve` at this URL (e.g. http://127.0.0.1:8000) instead of monitoring here; its monitor's ε and metric apply."),
+    post_monitor: str = typer.Option("default", "--post-monitor", help="With --post: the server's monitor to post to."),
+    token: str = typer.Option(None, "--token", envvar="ASSAY_TOKEN", help="With --post: the server's token (also read from ASSAY_TOKEN)."),
 ) -> None:
     """Monitor a stream of decisions for pairs of close inputs with different decisions."""
+    if post is not None:
+        _post(stream, post, post_monitor, token, decision_column, drop, batch_size, json_output)
+        return
     try:
         if batch_size < 1:
             raise UnsupportedError(f"--batch-size must be ≥ 1; got {batch_size}")
@@ -91,3 +97,24 @@ def monitor(
     if report is not None:
         lines.append(f"report          {report}")
     typer.echo("\n".join(lines))
+
+
+def _post(stream, url, monitor_name, token, decision_column, drop, batch_size, json_output) -> None:
+    """``--post``: stream the file into a running server (assay.serve.post_stream) and print what it answered."""
+    try:
+        if batch_size < 1:
+            raise UnsupportedError(f"--batch-size must be ≥ 1; got {batch_size}")
+        from assay.serve import post_stream
+
+        dropped = tuple(column.strip() for column in drop.split(",") if column.strip())
+        result = post_stream(stream, url, monitor_name, token=token, decision_column=decision_column, drop=dropped,
+                             batch_size=batch_size)
+    except AssayError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if json_output:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+        return
+    ids = "" if result.first_id is None else f" (ids {result.first_id}–{result.last_id})"
+    typer.echo(f"posted          {result.decisions:,} decisions to {url} monitor {monitor_name!r}{ids}\n"
+               f"flagged         {result.flagged:,}")
