@@ -18,7 +18,7 @@ def stream(seed: int, count: int, dim: int = 3):
 
 
 @pytest.fixture(scope="session")
-def postgres_url(tmp_path_factory):
+def postgres_url():
     require("psycopg")
-    with PostgresServer(tmp_path_factory.mktemp("postgres")) as server:
+    with PostgresServer() as server:
         yield server.url

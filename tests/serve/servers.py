@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -111,14 +112,18 @@ def find_postgres_bin() -> Path | None:
 
 
 class PostgresServer:
-    """A throw-away PostgreSQL cluster in ``folder``, on a loopback port, run by a non-root user."""
+    """A throw-away PostgreSQL cluster in a temp folder, on a loopback port, run by a non-root user.
 
-    def __init__(self, folder: Path):
+    The folder is made with :func:`tempfile.mkdtemp` (not pytest's, whose parents only root may
+    enter) and removed at the end.
+    """
+
+    def __init__(self):
         self.bin = find_postgres_bin()
         if self.bin is None:
             missing_program("initdb", "postgresql")
-        self.folder = folder
-        self.data = folder / "data"
+        self.folder = Path(tempfile.mkdtemp(prefix="assay-postgres-"))
+        self.data = self.folder / "data"
         self.port = free_port()
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
         self._as_user: list[str] = []
@@ -130,13 +135,15 @@ class PostgresServer:
                 pwd.getpwnam(user)
             except KeyError:
                 subprocess.run(["useradd", "--system", "--no-create-home", user], check=True)
-            subprocess.run(["chown", "-R", user, str(folder)], check=True)
-            os.chmod(folder, 0o755)
+            subprocess.run(["chown", "-R", user, str(self.folder)], check=True)
+            os.chmod(self.folder, 0o755)
             self._as_user = ["runuser", "-u", user, "--"]
 
     def _run(self, *command: str, timeout: float = 120.0) -> None:
-        subprocess.run([*self._as_user, *command], check=True, timeout=timeout, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE)
+        done = subprocess.run([*self._as_user, *command], timeout=timeout, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+        if done.returncode:
+            raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()}")
 
     def __enter__(self) -> "PostgresServer":
         self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync")
@@ -148,5 +155,6 @@ class PostgresServer:
     def __exit__(self, *_exc) -> None:
         try:
             self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop", timeout=60)
-        except subprocess.SubprocessError:
+        except (RuntimeError, subprocess.SubprocessError):
             pass
+        shutil.rmtree(self.folder, ignore_errors=True)

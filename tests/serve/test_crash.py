@@ -1,0 +1,81 @@
+"""``assay serve`` as a process, killed with SIGKILL mid-stream: no acknowledged decision is lost."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import numpy as np
+from typer.testing import CliRunner
+
+from assay.cli.main import app as cli
+from assay.monitor import Monitor
+from assay.serve import Client, ServiceError, open_store
+from tests.serve.conftest import stream
+from tests.serve.servers import free_port, serve_process, stop_process
+
+EPSILON = 0.1
+
+
+def test_sigkill_mid_stream_loses_no_acknowledged_decision_and_keeps_the_witnesses(tmp_path):
+    store = f"sqlite:///{tmp_path / 'crash.db'}"
+    X, Y = stream(21, 600)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    options = ("--epsilon", str(EPSILON), "--snapshot-every", "64")
+    process = serve_process(store, port, *options)
+    acknowledged = []  # (first_id, count) of every answered post
+    stop = threading.Event()
+
+    def post_until_refused():
+        with Client(url, timeout=10) as client:
+            for start in range(0, 600, 6):
+                if stop.is_set():
+                    return
+                try:
+                    result = client.post_batch(X[start:start + 6], Y[start:start + 6])
+                except ServiceError:
+                    return
+                acknowledged.append((result.first_id, result.accepted))
+
+    poster = threading.Thread(target=post_until_refused)
+    poster.start()
+    deadline = time.monotonic() + 60
+    while sum(count for _, count in acknowledged) < 200 and time.monotonic() < deadline and poster.is_alive():
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)  # mid-stream: the poster is still sending
+    process.wait(timeout=30)
+    stop.set()
+    poster.join(timeout=60)
+    acked = sum(count for _, count in acknowledged)
+    assert 200 <= acked < 600, acked
+    assert [first for first, _ in acknowledged] == list(range(0, acked, 6))
+
+    restarted = serve_process(store, port, *options)
+    try:
+        with Client(url, timeout=30) as client:
+            kept = client.stats().decisions
+            assert kept >= acked  # a batch stored but not yet answered may be there too
+            reader = open_store(store)
+            rows, labels = [], []
+            for _, chunk, outputs in reader.iter_decisions("default"):
+                rows.append(chunk)
+                labels.extend(outputs)
+            reader.close()
+            assert np.array_equal(np.vstack(rows), X[:kept]) and labels == Y[:kept]
+            for start in range(kept, 600, 50):  # the client resumes where the store ends
+                client.post_batch(X[start:start + 50], Y[start:start + 50])
+            stored = list(client.iter_violations(page=200))
+    finally:
+        stop_process(restarted)
+    uninterrupted = [w.to_json() for w in Monitor(EPSILON).observe_batch(X, Y) if w.flagged]
+    assert [{k: v for k, v in r.items() if k != "received"} for r in stored] == uninterrupted
+
+
+def test_serve_refuses_a_public_address_without_a_token(tmp_path):
+    result = CliRunner().invoke(cli, ["serve", "--epsilon", "0.1", "--host", "0.0.0.0", "--store", str(tmp_path / "x.db")])
+    assert result.exit_code == 2 and "without a token" in result.output
+    assert not (tmp_path / "x.db").exists()
+    short = CliRunner().invoke(cli, ["serve", "--host", "0.0.0.0", "--token", "abc", "--store", str(tmp_path / "x.db")])
+    assert short.exit_code == 2 and "16 characters" in short.output
