@@ -72,7 +72,8 @@ def _pair(hub: MonitorHub, name: str, record: dict, spec) -> dict:
     pair["differing"] = int(np.count_nonzero(differences))
     if spec.image_shape is not None:
         pair["image"] = {"shape": list(spec.image_shape), "mine": x.tolist(), "theirs": wx.tolist(),
-                         "low": float(min(x.min(), wx.min())), "high": float(max(x.max(), wx.max()))}
+                         "low": float(min(x.min(), wx.min())), "high": float(max(x.max(), wx.max())),
+                         "difference": differences.tolist(), "largest": largest}
     return pair
 
 

@@ -7,10 +7,12 @@
     var height = shape[0], width = shape[1], channels = shape[2] || 1, span = high > low ? high - low : 1;
     canvas.width = width; canvas.height = height;
     var context = canvas.getContext("2d"), image = context.createImageData(width, height);
+    var difference = canvas.classList.contains("difference"), alert = [194, 65, 12];
     for (var i = 0; i < width * height; i++) {
       for (var c = 0; c < 3; c++) {
-        var value = pixels[i * channels + (channels === 3 ? c : 0)];
-        image.data[4 * i + c] = Math.round(255 * (value - low) / span);
+        var value = pixels[i * channels + (channels === 3 ? c : 0)], level = (value - low) / span;
+        // Pixels as grey levels; the difference map in the alert colour over white, by how much they differ.
+        image.data[4 * i + c] = difference ? Math.round(255 + level * (alert[c] - 255)) : Math.round(255 * level);
       }
       image.data[4 * i + 3] = 255;
     }
