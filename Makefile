@@ -24,6 +24,7 @@ demo: $(VENV)/.installed
 	$(BIN)/assay demo
 
 test: $(VENV)/.installed-test
+	bash tests/system_setup.sh
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest -q
 
