@@ -56,8 +56,9 @@ def serve(store: str, *, host: str = "127.0.0.1", port: int = 8000, token: str |
     try:
         if on_ready is not None:
             on_ready(service)
+        # "auto": uvloop and httptools where installed (they are dependencies on Linux), else asyncio and h11.
         config = uvicorn.Config(service.app, host=host, port=port, log_level="warning", access_log=False,
-                                lifespan="on", loop="asyncio")
+                                lifespan="on", loop="auto", http="auto")
         uvicorn.Server(config).run()
     finally:
         service.close()

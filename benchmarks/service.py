@@ -1,0 +1,366 @@
+"""assay serve under bounded loopback load: throughput, latency, restart time, and what a SIGKILL loses.
+
+Usage:
+    python benchmarks/service.py [--decisions 100000] [--quick] [--skip-postgres] [--restart-size 1000000]
+
+Everything runs on 127.0.0.1, with a bounded number of decisions and a time limit per run.
+The server is the real ``assay serve`` command in its own process (SQLite in WAL mode with
+``synchronous=FULL``, or PostgreSQL started in a temp folder when Debian's postgresql is
+installed); the load comes from 4 client threads in this process, each with its own keep-alive
+connection, posting pre-encoded JSON bodies (so that the clients' own JSON work is not measured).
+
+Runs (the issue's targets in brackets):
+
+* **batched**: 10⁵ decisions of 10 features in posts of 500, 4 clients as fast as answered —
+  decisions acknowledged per second [≥ 5,000/s on SQLite], p50/p99 latency per post;
+* **single, paced**: 10⁵ single-decision posts at 500 requests/s in all (125/s per client, each on
+  its own schedule) — p50/p99 latency [p99 ≤ 20 ms on SQLite];
+* **single, unpaced**: single-decision posts as fast as answered for at most 20 s — the ceiling;
+* **restart**: a store of 10⁶ decisions (snapshots every 10⁵), then the time from starting
+  ``assay serve`` until ``/health`` answers, and the hub's own rebuild time [≤ 10 s]; beside it the
+  same store with its snapshot removed (a full replay), to show what the snapshot buys;
+* **SIGKILL**: 4 clients post batches; the server is killed with SIGKILL when half the decisions
+  are acknowledged; after a restart every acknowledged decision is looked up in the store and
+  compared with what its client sent [0 lost].
+
+The machine is shared: the load average (1 min) before and after each run is reported beside it.
+Writes benchmarks/results/service.json and service.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import machine, markdown_table, write_results  # noqa: E402
+
+DIM = 10
+EPSILON = 0.05
+CLIENTS = 4
+RUN_LIMIT_S = 600.0  # no run goes on longer than this, whatever happens
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(store: str, *extra: str) -> tuple[subprocess.Popen, str, float]:
+    """``assay serve`` in its own process; returns it, its URL and the seconds until /health answered."""
+    import httpx
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "assay.cli.main", "serve", "--store", store, "--port", str(port),
+               "--epsilon", str(EPSILON), *extra]
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env=dict(os.environ, OMP_NUM_THREADS="1"))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"assay serve exited: {process.stderr.read()}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
+                return process, url, time.perf_counter() - started
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.02)
+    process.kill()
+    raise SystemExit(f"assay serve did not answer at {url} within 120 s")
+
+
+def stop_server(process: subprocess.Popen, sig=signal.SIGTERM) -> None:
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def decisions(seed: int, count: int) -> tuple[np.ndarray, list]:
+    rng = np.random.default_rng(seed)
+    return rng.random((count, DIM)).round(4), rng.choice(["approve", "deny"], size=count).tolist()
+
+
+def bodies(X: np.ndarray, Y: list, batch: int) -> list[bytes]:
+    if batch == 1:
+        return [json.dumps({"x": X[i].tolist(), "y": Y[i]}).encode() for i in range(len(Y))]
+    return [json.dumps({"X": X[i:i + batch].tolist(), "Y": Y[i:i + batch]}).encode() for i in range(0, len(Y), batch)]
+
+
+def load(url: str, per_client: list[list[bytes]], rate_per_client: float | None, time_limit: float,
+         kill_at: int | None = None, on_kill=None) -> dict:
+    """Post every client's bodies (one thread and connection each); return counts and latencies.
+
+    ``rate_per_client``: requests per second per client on a fixed schedule (None: as fast as
+    answered). ``kill_at``: call ``on_kill`` once this many decisions are acknowledged.
+    """
+    import httpx
+
+    latencies: list[list[float]] = [[] for _ in per_client]
+    acknowledged: list[list[tuple[int, int, int]]] = [[] for _ in per_client]  # (post index, first_id, accepted)
+    lock = threading.Lock()
+    total = [0]
+    killed = threading.Event()
+    deadline = time.monotonic() + min(time_limit, RUN_LIMIT_S)
+    barrier = threading.Barrier(len(per_client))
+
+    def client(index: int) -> None:
+        with httpx.Client(base_url=url, timeout=30.0, headers={"content-type": "application/json"}) as http:
+            barrier.wait(timeout=60)
+            start = time.perf_counter()
+            for number, body in enumerate(per_client[index]):
+                if time.monotonic() > deadline or killed.is_set():
+                    return
+                if rate_per_client is not None:
+                    due = start + number / rate_per_client
+                    pause = due - time.perf_counter()
+                    if pause > 0:
+                        time.sleep(pause)
+                tic = time.perf_counter()
+                try:
+                    response = http.post("/api/monitors/default/decisions", content=body)
+                except httpx.HTTPError:
+                    return
+                if response.status_code != 200:
+                    return
+                latencies[index].append(time.perf_counter() - tic)
+                answer = response.json()
+                acknowledged[index].append((number, answer["first_id"], answer["accepted"]))
+                with lock:
+                    total[0] += answer["accepted"]
+                    if kill_at is not None and total[0] >= kill_at and not killed.is_set():
+                        killed.set()
+                        on_kill()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(per_client))]
+    tic = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    seconds = time.perf_counter() - tic
+    flat = np.array([value for values in latencies for value in values]) * 1e3
+    return {"seconds": seconds, "acknowledged": total[0], "posts": int(flat.size),
+            "decisions_per_s": total[0] / seconds if seconds else 0.0,
+            "p50_ms": float(np.percentile(flat, 50)) if flat.size else None,
+            "p99_ms": float(np.percentile(flat, 99)) if flat.size else None,
+            "max_ms": float(flat.max()) if flat.size else None,
+            "acks": acknowledged}
+
+
+def split(items: list, parts: int) -> list[list]:
+    return [items[i::parts] for i in range(parts)]
+
+
+def measured(function, *args, **kwargs) -> dict:
+    before = os.getloadavg()[0]
+    result = function(*args, **kwargs)
+    result["load_before"] = round(before, 2)
+    result["load_after"] = round(os.getloadavg()[0], 2)
+    result.pop("acks", None)
+    return result
+
+
+def throughput_runs(store: str, label: str, count: int, quick: bool) -> list[dict]:
+    rows = []
+    X, Y = decisions(1, count)
+    process, url, _ = start_server(store, "--snapshot-every", "100000")
+    try:
+        batched = split(bodies(X, Y, 500), CLIENTS)
+        rows.append({"store": label, "run": "batched (500 per post)", **measured(load, url, batched, None, 300)})
+        X2, Y2 = decisions(2, count)
+        singles = split(bodies(X2, Y2, 1), CLIENTS)
+        rows.append({"store": label, "run": "single, paced 500 req/s", **measured(load, url, singles, 125.0, 300)})
+        X3, Y3 = decisions(3, count)
+        rows.append({"store": label, "run": "single, unpaced (≤ 20 s)",
+                     **measured(load, url, split(bodies(X3, Y3, 1), CLIENTS), None, 5 if quick else 20)})
+    finally:
+        stop_server(process)
+    return rows
+
+
+def restart_run(folder: Path, size: int) -> dict:
+    """Fill a SQLite store with ``size`` decisions through the hub, then time restarts."""
+    from assay.serve import MonitorSpec, build
+
+    path = folder / "restart.db"
+    service = build(f"sqlite:///{path}", default=MonitorSpec("default", EPSILON), snapshot_every=100_000,
+                    synchronous="NORMAL")
+    fill_started = time.perf_counter()
+    chunk = 20_000
+    for start in range(0, size, chunk):
+        X, Y = decisions(100 + start, min(chunk, size - start))
+        service.hub.submit([("default", {"X": X.tolist(), "Y": Y})])
+    fill_seconds = time.perf_counter() - fill_started
+    snapshot_at = service.hub.store.snapshot("default")[0]
+    service.hub.store.close()  # a crash-like stop: no shutdown snapshot, the log after the last one is replayed
+    result = {"decisions": size, "fill_seconds": round(fill_seconds, 1), "snapshot_at": snapshot_at,
+              "replayed_after_snapshot": size - snapshot_at, "db_mb": round(path.stat().st_size / 2**20, 1)}
+    load_before = os.getloadavg()[0]
+    times, rebuilds = [], []
+    for _ in range(3):
+        process, url, seconds = start_server(f"sqlite:///{path}")
+        stop_server(process, signal.SIGKILL)  # no shutdown snapshot: every start replays the same log
+        times.append(seconds)
+        rebuilt = build(f"sqlite:///{path}")
+        rebuilds.append(rebuilt.hub.restored_seconds)
+        assert rebuilt.hub.stats("default").decisions == size
+        rebuilt.hub.store.close()
+    result.update(start_to_health_s=round(statistics.median(times), 2), rebuild_s=round(statistics.median(rebuilds), 2),
+                  start_to_health_all=[round(t, 2) for t in times], load_before=round(load_before, 2))
+    # The same store without its snapshot: the whole history is replayed.
+    import sqlite3
+
+    copy = folder / "no-snapshot.db"
+    shutil.copy(path, copy)
+    with sqlite3.connect(copy) as connection:
+        connection.execute("DELETE FROM snapshots")
+    rebuilt = build(f"sqlite:///{copy}")
+    result["rebuild_without_snapshot_s"] = round(rebuilt.hub.restored_seconds, 2)
+    rebuilt.hub.store.close()
+    result["load_after"] = round(os.getloadavg()[0], 2)
+    return result
+
+
+def sigkill_run(store: str, count: int) -> dict:
+    """Kill the server with SIGKILL at half the run; count acknowledged decisions missing after restart."""
+    from assay.serve import open_store
+
+    X, Y = decisions(7, count)
+    per_client_rows = split(list(range(count)), CLIENTS)
+    per_client = []
+    for rows in per_client_rows:
+        per_client.append([json.dumps({"X": X[rows[i:i + 100]].tolist(), "Y": [Y[r] for r in rows[i:i + 100]]}).encode()
+                           for i in range(0, len(rows), 100)])
+    process, url, _ = start_server(store, "--snapshot-every", "20000")
+    load_before = os.getloadavg()[0]
+    result = load(url, per_client, None, 300, kill_at=count // 2, on_kill=lambda: process.send_signal(signal.SIGKILL))
+    process.wait(timeout=60)
+    restarted, _, _ = start_server(store)
+    stop_server(restarted)
+    reader = open_store(store)
+    stored = {}
+    for ids, rows, outputs in reader.iter_decisions("default"):
+        for k in range(ids.size):
+            stored[int(ids[k])] = (rows[k], outputs[k])
+    reader.close()
+    lost = mismatched = 0
+    for client, acks in enumerate(result["acks"]):
+        for number, first_id, accepted in acks:
+            sent = per_client_rows[client][number * 100:(number + 1) * 100]
+            for offset in range(accepted):
+                kept = stored.get(first_id + offset)
+                if kept is None:
+                    lost += 1
+                elif not (np.array_equal(kept[0], X[sent[offset]]) and kept[1] == Y[sent[offset]]):
+                    mismatched += 1
+    return {"decisions_sent": count, "acknowledged_before_kill": result["acknowledged"], "stored_after_restart": len(stored),
+            "acknowledged_lost": lost, "acknowledged_changed": mismatched, "load_before": round(load_before, 2),
+            "load_after": round(os.getloadavg()[0], 2)}
+
+
+def postgres_url(folder: Path):
+    try:
+        from tests.serve.servers import PostgresServer, find_postgres_bin
+    except ImportError:
+        return None
+    if find_postgres_bin() is None:
+        return None
+    return PostgresServer()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--decisions", type=int, default=100_000, help="Decisions per load run (4 clients in all).")
+    parser.add_argument("--restart-size", type=int, default=1_000_000, help="Decisions in the store of the restart run.")
+    parser.add_argument("--quick", action="store_true", help="A smoke run: 10⁴ decisions, a 10⁵-decision restart store.")
+    parser.add_argument("--skip-postgres", action="store_true")
+    arguments = parser.parse_args()
+    count = 10_000 if arguments.quick else arguments.decisions
+    restart_size = 100_000 if arguments.quick else arguments.restart_size
+    folder = Path(tempfile.mkdtemp(prefix="assay-service-bench-"))
+    runs, restart, kill = [], None, None
+    try:
+        runs += throughput_runs(f"sqlite:///{folder / 'load.db'}", "SQLite (WAL, sync full)", count, arguments.quick)
+        print(json.dumps(runs[-3:], indent=1), flush=True)
+        kill = sigkill_run(f"sqlite:///{folder / 'kill.db'}", count)
+        print(json.dumps(kill, indent=1), flush=True)
+        restart = restart_run(folder, restart_size)
+        print(json.dumps(restart, indent=1), flush=True)
+        if not arguments.skip_postgres:
+            server = postgres_url(folder)
+            if server is None:
+                print("PostgreSQL is not installed: its rows are left out", flush=True)
+            else:
+                with server:
+                    runs += throughput_runs(server.url, "PostgreSQL 15", count, arguments.quick)
+                    print(json.dumps(runs[-3:], indent=1), flush=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    payload = {"machine": machine(), "clients": CLIENTS, "dim": DIM, "epsilon": EPSILON, "decisions_per_run": count,
+               "runs": runs, "restart": restart, "sigkill": kill}
+    table = ["# assay serve under loopback load\n",
+             f"{CLIENTS} client threads, {DIM} features, ε = {EPSILON} (L∞), {count:,} decisions per run; "
+             f"{machine()['cpus']} cores shared with other work (load average, 1 min, before → after each run).\n",
+             markdown_table(["store", "run", "decisions acked", "decisions/s", "p50 ms / post", "p99 ms / post", "max ms",
+                             "load"],
+                            [[r["store"], r["run"], f"{r['acknowledged']:,}", f"{r['decisions_per_s']:,.0f}",
+                              f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}", f"{r['max_ms']:.1f}",
+                              f"{r['load_before']} → {r['load_after']}"] for r in runs]),
+             "\n## Targets (issue 15)\n",
+             markdown_table(["target", "measured", "met"], _targets(runs, restart, kill))]
+    if restart:
+        table.append(f"\nRestart store: {restart['decisions']:,} decisions ({restart['db_mb']} MB), snapshot at "
+                     f"{restart['snapshot_at']:,}, {restart['replayed_after_snapshot']:,} replayed after it. "
+                     f"Start to /health (median of 3): {restart['start_to_health_s']} s; hub rebuild "
+                     f"{restart['rebuild_s']} s; without the snapshot (full replay) {restart['rebuild_without_snapshot_s']} s.\n")
+    if kill:
+        table.append(f"\nSIGKILL at half the run: {kill['acknowledged_before_kill']:,} decisions acknowledged, "
+                     f"{kill['stored_after_restart']:,} stored after the restart, {kill['acknowledged_lost']} acknowledged "
+                     f"lost, {kill['acknowledged_changed']} changed.\n")
+    json_path, md_path = write_results("service", payload, "".join(table))
+    print(md_path.read_text())
+
+
+def _targets(runs, restart, kill) -> list[list]:
+    rows = []
+    for run in runs:
+        if run["store"].startswith("SQLite") and run["run"].startswith("batched"):
+            rows.append(["≥ 5,000 decisions/s, batched posts, SQLite", f"{run['decisions_per_s']:,.0f}/s",
+                         "yes" if run["decisions_per_s"] >= 5000 else "no"])
+        if run["store"].startswith("SQLite") and run["run"].startswith("single, paced"):
+            achieved = run["posts"] / run["seconds"]
+            rows.append(["p99 ≤ 20 ms, single posts at 500 req/s, SQLite",
+                         f"p99 {run['p99_ms']:.1f} ms at {achieved:.0f} req/s", "yes" if run["p99_ms"] <= 20 else "no"])
+    if restart:
+        rows.append([f"restart after {restart['decisions']:,} decisions ≤ 10 s", f"{restart['start_to_health_s']} s to /health",
+                     "yes" if restart["start_to_health_s"] <= 10 else "no"])
+    if kill:
+        rows.append(["0 acknowledged decisions lost after SIGKILL", str(kill["acknowledged_lost"] + kill["acknowledged_changed"]),
+                     "yes" if kill["acknowledged_lost"] + kill["acknowledged_changed"] == 0 else "no"])
+    return rows
+
+
+if __name__ == "__main__":
+    main()
