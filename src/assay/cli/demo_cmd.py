@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import typer
 
 from assay.cli._common import console, show_progress
+from assay.cli.serve_cmd import print_serve_section
 from assay.errors import OptionError
 
 __all__ = ["demo", "DemoSection", "DEMO_SECTIONS"]
@@ -214,4 +215,5 @@ DEMO_SECTIONS: tuple[DemoSection, ...] = (
     DemoSection("online", "assay.verify.online.demo:demo_section", _print_online),
     DemoSection("monitor", "assay.monitor.demo:demo_section", _print_monitor),
     DemoSection("knn", "assay.fairness.demo:demo_section", _print_knn),
+    DemoSection("serve", "assay.serve.demo:demo_section", print_serve_section),
 )

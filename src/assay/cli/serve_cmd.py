@@ -71,3 +71,21 @@ def serve(
 
     run_server(store, host=host, port=port, token=token, default=default, max_body_bytes=max_body_bytes,
                snapshot_every=snapshot_every, synchronous=sync.upper(), on_ready=ready)
+
+
+def print_serve_section(out, data: dict) -> None:
+    """The service stop of ``assay demo`` (data from :func:`assay.serve.demo.demo_section`)."""
+    out.print(f"As a service: `assay serve` ran at {data['url']} on a SQLite store; a client posted {data['decisions']:,} "
+              f"loan decisions in {data['posts']} batches ({data['seconds']:.2f} s, each acknowledged once stored). The "
+              f"server found {data['flagged']} flagged decisions ({data['pairs']} pairs within ε = {data['epsilon']:g}).")
+    example = data["first_violation"]
+    if example is not None:
+        earlier, later = example["ids"]
+        values = ", ".join(f"{name} {a:g}→{b:g}" for name, a, b in zip(data["features"], *example["inputs"]) if a != b)
+        out.print(f"First one stored: #{later} got {example['decisions'][1]}, #{earlier} got {example['decisions'][0]} at "
+                  f"distance {example['distance']:.3f} ({values}).")
+    restart = data["restart"]
+    same = all(restart[key] == data[key] for key in ("decisions", "flagged", "pairs"))
+    out.print(f"The dashboard page answered {data['dashboard_status']}; restarted from its store, the monitor came back "
+              f"in {restart['seconds']:.2f} s with {'the same' if same else 'DIFFERENT'} counts. "
+              "`assay serve --epsilon 0.05` runs it for real (see the README).")
