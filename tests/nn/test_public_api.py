@@ -7,7 +7,7 @@ import inspect
 
 import assay.nn
 
-PUBLIC = {"Network", "Linear", "Conv2d", "ReLU", "AvgPool2d", "Flatten", "load"}
+PUBLIC = {"Network", "Linear", "Conv2d", "ReLU", "AvgPool2d", "Flatten", "Reshape", "load"}
 
 
 def test_all_is_pinned_and_importable():

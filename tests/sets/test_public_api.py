@@ -7,7 +7,8 @@ import inspect
 import assay.sets
 
 PUBLIC = {
-    "Box", "HPolytope", "patch_region", "mask_region", "all_patch_regions", "HalfSpaces", "OutputSpec", "argmax_is",
+    "Box", "HPolytope", "patch_region", "mask_region", "all_patch_regions", "sunbeam_region", "HalfSpaces", "OutputSpec",
+    "argmax_is",
     "output_at_least", "untargeted_robustness", "targeted_robustness", "any_of", "all_of", "negation_closure",
     "read_vnnlib", "write_vnnlib", "VnnlibProperty", "CounterexampleQuery",
 }

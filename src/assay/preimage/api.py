@@ -199,9 +199,11 @@ def _summary(kind: str, chunks, confidence: float) -> dict:
         ratio = approx.value / pre.value
         low = approx.low / pre.high if pre.high > 0 else 0.0
         high = approx.high / pre.low if pre.low > 0 else float("inf")
-    else:  # no preimage point was seen anywhere
-        ratio = 1.0 if approx.value == 0 else float("inf")
-        low, high = (1.0, 1.0) if bool(tags["exact"].all()) else (0.0, float("inf"))
+    elif bool(tags["exact"].all()):  # proved: no point of the region maps into the output region
+        ratio, low, high = 1.0, 1.0, 1.0
+    else:  # no preimage point seen yet: the ratio is not known
+        ratio = 0.0 if kind == "under" else float("inf")
+        low, high = 0.0, float("inf")
     if kind == "under":
         low, high, ratio = min(low, 1.0), min(high, 1.0), min(ratio, 1.0)
     else:

@@ -88,6 +88,9 @@ class PreimageRefinement:
         self.rng = rng
         self.min_width = min_width
         self.counters = RefinementCounters()
+        # The samples of the open pieces (by the piece's "id" tag), reused by their children.
+        self._samples: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._next_id = 0
         # Bound g itself (under: its lower side gives the polytope) or −g (over: −g's lower side
         # is g's upper side), so that the side α-CROWN optimises is the polytope's side.
         self._sign = 1.0 if kind == "under" else -1.0
@@ -99,6 +102,8 @@ class PreimageRefinement:
         tags = branches.tags
         width = (branches.upper - branches.lower).max(1).values
         closed = tags["exact"] | (width <= self.min_width)
+        for piece in tags["id"][closed].tolist():
+            self._samples.pop(piece, None)  # a closed piece is never split: its samples are done
         return BoundedBranches(branches, closed, torch.zeros(len(branches), dtype=torch.float64))
 
     def probe(self, bounded, open_, deadline, stats):
@@ -112,8 +117,9 @@ class PreimageRefinement:
         parents = bounded.branches.select(open_)
         lower, upper = parents.lower, parents.upper
         P, k = lower.shape
-        z = self._uniform(lower, upper, self.samples)  # (P, N, k)
-        inside = self._in_preimage(z)
+        kept = [self._samples.pop(piece) for piece in parents.tags["id"].tolist()]
+        z = torch.stack([pair[0] for pair in kept])  # (P, N, k)
+        inside = torch.stack([pair[1] for pair in kept])
         middle = (lower + upper) / 2
         # Every candidate cut: children (P, k, 2) boxes, bounded with CROWN in one call.
         eye = torch.eye(k, dtype=torch.bool)
@@ -121,7 +127,9 @@ class PreimageRefinement:
         right_lower = torch.where(eye, middle.unsqueeze(1), lower.unsqueeze(1))
         cand_lower = torch.stack([lower.unsqueeze(1).expand(P, k, k), right_lower], 2).reshape(P * k * 2, k)
         cand_upper = torch.stack([left_upper, upper.unsqueeze(1).expand(P, k, k)], 2).reshape(P * k * 2, k)
-        A, b, _, _ = self._polytopes(cand_lower, cand_upper, "crown")
+        # Candidates are only compared: cheap forward intermediate bounds, intersected with the parent's.
+        A, b, _, _, _ = self._polytopes(cand_lower, cand_upper, "crown", parents=_repeat(parents.parents, 2 * k),
+                                        intermediate_method="forward")
         A, b = A.reshape(P, k, 2, *A.shape[1:]), b.reshape(P, k, 2, -1)
         # Score each cut on the parent's samples: volume of the union of its two children's polytopes.
         on_right = z.unsqueeze(1) >= middle.unsqueeze(1).unsqueeze(2)      # (P, 1→k, N, k) per axis
@@ -145,23 +153,23 @@ class PreimageRefinement:
         # The children's samples: the parent's, split by the cut (uniform in each half), topped up
         # with fresh ones; all fresh points go through the network in one pass.
         right = on_right[rows, axis]  # (P, N)
-        kept, fresh = [], []
+        halves, fresh = [], []
         for child in range(2 * P):
             mine = right[child // 2] == bool(child % 2)
             reuse = z[child // 2, mine][: self.samples]
-            kept.append((reuse, inside[child // 2, mine][: self.samples]))
+            halves.append((reuse, inside[child // 2, mine][: self.samples]))
             need = self.samples - reuse.shape[0]
             fresh.append(self._uniform(child_lower[child].unsqueeze(0), child_upper[child].unsqueeze(0), need)[0])
         drawn = torch.cat(fresh)
         drawn_inside = self._in_preimage(drawn.unsqueeze(0))[0] if drawn.shape[0] else drawn.new_zeros(0, dtype=torch.bool)
         child_z, child_inside, start = [], [], 0
-        for (reuse, reuse_inside), extra in zip(kept, fresh):
+        for (reuse, reuse_inside), extra in zip(halves, fresh):
             end = start + extra.shape[0]
             child_z.append(torch.cat([reuse, extra]))
             child_inside.append(torch.cat([reuse_inside, drawn_inside[start:end]]))
             start = end
         return self._pieces(child_lower, child_upper, torch.stack(child_z), torch.stack(child_inside),
-                            parents.weight.repeat_interleave(2) / 2)
+                            parents.weight.repeat_interleave(2) / 2, _repeat(parents.parents, 2))
 
     # ------------------------------------------------------------------ pieces
     def root(self, lower: torch.Tensor, upper: torch.Tensor) -> Branches:
@@ -170,9 +178,10 @@ class PreimageRefinement:
         z = self._uniform(lower, upper, self.samples)
         return self._pieces(lower, upper, z, self._in_preimage(z), torch.ones(1, dtype=torch.float64))
 
-    def _pieces(self, lower, upper, z, inside, weight) -> Branches:
-        """Bound boxes (B, k) whose samples z (B, N, k) and memberships are given; tag them."""
-        A, b, row_lower, row_upper = self._polytopes(lower, upper, self.method, z, inside)
+    def _pieces(self, lower, upper, z, inside, weight, parents=None) -> Branches:
+        """Bound boxes (B, k) whose samples z (B, N, k) and memberships are given; tag them.
+        ``parents``: pre-activation bounds valid on each box (its parent's), or None."""
+        A, b, row_lower, row_upper, intermediate = self._polytopes(lower, upper, self.method, z, inside, parents=parents)
         B = lower.shape[0]
         # Sound shortcuts. g's bounds: under bounds g (rows as they are), over bounds −g.
         g_lower, g_upper = (row_lower, row_upper) if self.kind == "under" else (-row_upper, -row_lower)
@@ -188,12 +197,19 @@ class PreimageRefinement:
         k_pre = inside.sum(1).to(torch.float64)
         k_poly = member.sum(1).to(torch.float64)
         gap = (k_pre - k_poly) if self.kind == "under" else (k_poly - k_pre)
+        # A piece not proved exact may hold more than its samples show (a preimage sliver no sample
+        # hit): half a sample of doubt keeps it in the queue behind pieces with a seen gap, never out.
+        gap = gap + 0.5 * ~(everywhere | nowhere)
         self.counters.pieces += B
+        ids = torch.arange(self._next_id, self._next_id + B)
+        self._next_id += B
+        for i in range(B):
+            self._samples[self._next_id - B + i] = (z[i], inside[i])
         tags = {"A": A, "b": b, "n": n, "k_pre": k_pre, "k_poly": k_poly, "exact": everywhere | nowhere,
-                "empty": nowhere, "inside": everywhere, "priority": volume * gap / n}
-        return Branches(lower, upper, None, None, weight, None, tags)
+                "empty": nowhere, "inside": everywhere, "priority": volume * gap / n, "id": ids}
+        return Branches(lower, upper, None, intermediate, weight, None, tags)
 
-    def _polytopes(self, lower, upper, method, z=None, inside=None):
+    def _polytopes(self, lower, upper, method, z=None, inside=None, parents=None, intermediate_method="crown"):
         """Linear bounds of ±g over boxes → polytope (A, b) in the ``A z + b ≥ 0`` form, plus the
         concrete lower and upper bounds of the bounded rows (±g)."""
         sign = self._sign
@@ -204,13 +220,14 @@ class PreimageRefinement:
             options = self.alpha_options
             objective = self._volume_objective(z, inside)
         result = compute_bounds(self.network, (lower, upper), (C, d), method, dtype="float64", sides="both",
-                                return_linear=True, options=options, objective=objective)
+                                return_linear=True, options=options, objective=objective, intermediate=parents,
+                                intermediate_method=intermediate_method)
         self.counters.bound_calls += 1
         linear = result.linear
         A, b = linear.lower_A.reshape(lower.shape[0], C.shape[0], -1), linear.lower_b
         if self.kind == "over":  # −g ≥ ℓ(z)  ⇒  g ≤ −ℓ(z): the polytope is −ℓ(z) ≥ 0
             A, b = -A, -b
-        return A, b, result.lower, result.upper
+        return A, b, result.lower, result.upper, result.intermediate
 
     def _volume_objective(self, z, inside):
         """α-CROWN's objective (PREMAP): the smoothed share of the piece's samples that the
@@ -227,6 +244,7 @@ class PreimageRefinement:
             return (share * target).sum(1) / target.sum(1).clamp(min=1)
 
         return objective
+
 
     # ------------------------------------------------------------------ sampling
     def _uniform(self, lower, upper, count) -> torch.Tensor:
@@ -249,3 +267,9 @@ class PreimageRefinement:
             raise RuntimeError(f"soundness bug: the {self.kind}-approximation of a piece misclassifies the "
                                f"sampled point {point}; please report it")
 
+
+def _repeat(bounds, times: int):
+    """Each piece's pre-activation bounds ``times`` times in a row (for its children)."""
+    if bounds is None:
+        return None
+    return bounds.select(torch.arange(bounds.batch_size).repeat_interleave(times))

@@ -10,7 +10,7 @@
 """
 
 from assay.sets.box import Box
-from assay.sets.patch import all_patch_regions, mask_region, patch_region
+from assay.sets.patch import all_patch_regions, mask_region, patch_region, sunbeam_region
 from assay.sets.polytope import HPolytope
 from assay.sets.spec import (
     HalfSpaces,
@@ -31,6 +31,7 @@ __all__ = [
     "patch_region",
     "mask_region",
     "all_patch_regions",
+    "sunbeam_region",
     "HalfSpaces",
     "OutputSpec",
     "argmax_is",

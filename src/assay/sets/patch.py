@@ -13,7 +13,7 @@ import torch
 from assay.errors import DataError, SpecError
 from assay.sets.box import Box, _as_index, as_float64
 
-__all__ = ["patch_region", "mask_region", "all_patch_regions"]
+__all__ = ["patch_region", "mask_region", "all_patch_regions", "sunbeam_region"]
 
 
 def _as_image(image) -> torch.Tensor:
@@ -62,6 +62,28 @@ def mask_region(image, mask, lower: float = 0.0, upper: float = 1.0, epsilon: fl
             raise DataError(f"a masked pixel has value {value!r} outside the pixel range [{lower!r}, {upper!r}]; rescale the image or widen the range")
         low, high = (image - epsilon).clamp(min=lower), (image + epsilon).clamp(max=upper)
     return Box(torch.where(mask, low, image), torch.where(mask, high, image))
+
+
+def sunbeam_region(image, mask, upper: float = 1.0) -> Box:
+    """The box where the pixels of ``mask`` may only brighten: from their value up to ``upper``.
+
+    A "sunbeam" (glare on a camera) adds light and never removes it. Every channel of a masked
+    pixel ranges over [image value, upper]; every other pixel is fixed.
+
+    Raises:
+        DataError for a malformed image or a masked pixel already above ``upper``; SpecError for a
+        mask of the wrong shape.
+    """
+    image = _as_image(image)
+    spatial = tuple(image.shape[-2:])
+    mask = torch.as_tensor(mask)
+    if tuple(mask.shape) != spatial:
+        raise SpecError(f"the mask has shape {tuple(mask.shape)}, but the image {tuple(image.shape)} needs an (H, W) = {spatial} mask")
+    mask = mask.to(torch.bool).expand_as(image)
+    if (mask & (image > upper)).any():
+        value = image[mask & (image > upper)][0].item()
+        raise DataError(f"a masked pixel has value {value!r} above the brightest value {upper!r}; rescale the image or raise `upper`")
+    return Box(image.clone(), torch.where(mask, torch.full_like(image, float(upper)), image))
 
 
 def patch_region(image, top: int, left: int, height: int, width: int, lower: float = 0.0, upper: float = 1.0,
