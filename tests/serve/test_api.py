@@ -293,3 +293,37 @@ def test_dashboard_pages_escape_user_data(service):
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page
     assert "decision #1" in page and 'data-decision="1"' in page
     assert client.get("/").status_code == 200
+
+
+class BrokenStore(FailingCommit):
+    """Commits fail, and so does every read: the database is gone."""
+
+    def iter_decisions(self, *args, **kwargs):
+        from assay.serve.storage import StoreError
+
+        raise StoreError("the database is unreachable (simulated)")
+
+    def snapshot(self, name):
+        return self.iter_decisions()
+
+
+def test_when_the_store_is_down_the_monitor_is_rebuilt_once_it_is_back(service):
+    built, client = service
+    X, Y = stream(8, 30)
+    client.post("/api/monitors/default/decisions", json={"X": X[:10].tolist(), "Y": Y[:10]})
+    real = built.hub.store
+    built.hub.store = BrokenStore(real)
+    assert client.post("/api/monitors/default/decisions", json={"X": X[10:].tolist(), "Y": Y[10:]}).status_code == 503
+    assert client.post("/api/monitors/default/decisions", json={"X": X[10:].tolist(), "Y": Y[10:]}).status_code == 503
+    built.hub.store = real
+    again = client.post("/api/monitors/default/decisions", json={"X": X[10:].tolist(), "Y": Y[10:]}).json()
+    assert again["first_id"] == 10
+    assert again["flagged"] == [w.to_json() for w in Monitor(EPSILON).observe_batch(X, Y)[10:] if w.flagged]
+
+
+def test_image_monitors_refuse_inputs_of_another_size(service):
+    _, client = service
+    client.put("/api/monitors/pixels", json={"epsilon": 0.1, "image_shape": [2, 3]})
+    answer = client.post("/api/monitors/pixels/decisions", json={"x": [0.0] * 5, "y": 1})
+    assert answer.status_code == 422 and "have 6 pixels" in answer.json()["detail"]
+    assert client.post("/api/monitors/pixels/decisions", json={"x": [0.0] * 6, "y": 1}).status_code == 200

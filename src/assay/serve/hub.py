@@ -160,6 +160,7 @@ class MonitorHub:
         self.snapshot_every = snapshot_every
         self._lock = threading.RLock()
         self._entries: dict[str, _Entry] = {}
+        self._stale: dict[str, MonitorSpec] = {}
         self.restored_seconds = 0.0
         started = time.perf_counter()
         for name, data in store.monitors().items():
@@ -216,8 +217,15 @@ class MonitorHub:
             try:
                 for name, body in posts:
                     try:
+                        if name in self._stale:  # a failed commit whose rebuild failed too: try again now
+                            self._entries[name] = self._rebuild(self._stale[name])
+                            del self._stale[name]
                         entry = self._entry(name)
                         rows, outputs, features = parse_decisions(body, entry.spec, entry.monitor.dim)
+                        pixels = None if entry.spec.image_shape is None else int(np.prod(entry.spec.image_shape))
+                        if pixels is not None and rows.shape[0] and rows.shape[1] != pixels:
+                            raise DataError(f"the inputs have {rows.shape[1]} features but the monitor's images "
+                                            f"{tuple(entry.spec.image_shape)} have {pixels} pixels")
                         if features is not None and entry.spec.features is None:
                             spec = replace(entry.spec, features=features)
                             if spec.image_shape is not None and len(features) != int(np.prod(spec.image_shape)):
@@ -242,9 +250,14 @@ class MonitorHub:
                 if batches:
                     self.store.commit(batches)
             except BaseException:
-                # Memory must not hold what the store lacks: rebuild what this group touched.
+                # Memory must not hold what the store lacks: rebuild what this group touched. If the
+                # store cannot be read either, the monitor is set aside and rebuilt on its next use.
                 for name, before in touched.items():
-                    self._entries[name] = self._rebuild(before)
+                    try:
+                        self._entries[name] = self._rebuild(before)
+                    except Exception:
+                        self._stale[name] = before
+                        self._entries[name].monitor = None
                 raise
             for name in touched:
                 entry = self._entries[name]
