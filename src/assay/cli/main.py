@@ -20,7 +20,18 @@ import sys  # noqa: E402
 import typer  # noqa: E402
 
 import assay
-from assay.cli import _common, bounds_cmd, demo_cmd, info_cmd, knn_cmd, monitor_cmd, serve_cmd, verify_cmd, verify_online_cmd
+from assay.cli import (
+    _common,
+    bounds_cmd,
+    demo_cmd,
+    info_cmd,
+    knn_cmd,
+    monitor_cmd,
+    preimage_cmd,
+    serve_cmd,
+    verify_cmd,
+    verify_online_cmd,
+)
 from assay.cli._common import handle_errors
 
 __all__ = ["app", "run"]
@@ -63,6 +74,7 @@ _register(verify_online_cmd.verify_online, "verify-online")
 _register(monitor_cmd.monitor, "monitor")
 _register(demo_cmd.demo, "demo")
 _register(knn_cmd.knn_fairness, "knn-fairness")
+_register(preimage_cmd.preimage, "preimage")
 _register(serve_cmd.serve, "serve")
 
 
