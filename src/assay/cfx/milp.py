@@ -9,7 +9,8 @@ The network is encoded exactly: each unstable ReLU gets a binary variable and bi
 constants are **sound pre-activation bounds** over the feasible input box computed by
 :func:`assay.bounds.compute_bounds` (CROWN by default), never a fixed large constant; stable ReLUs are
 linear. The MILP is therefore an exact model of the network over the feature box, and an optimal
-solve returns the nearest valid counterfactual (up to the solver's relative gap, 1e-6 by default).
+solve returns the nearest counterfactual whose target rows are all ≥ max(margin, MIN_MARGIN) (up to
+the solver's relative gap, 1e-6 by default).
 The point returned is snapped onto the encoding (bits rounded, bounds clipped) and **re-checked with
 a plain forward pass**: it is returned as found only if every target row is > 0 there.
 """
