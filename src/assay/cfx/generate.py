@@ -125,6 +125,11 @@ def robust_counterfactual(
 
 
 def _result(candidate, robust, test, deltas, margin, tested, n, R, alpha, started) -> RobustCounterfactual:
+    if not candidate.found:
+        guarantee = (f"no counterfactual with margin {margin:g}: {candidate.message}" if candidate.status == "infeasible"
+                     else f"no counterfactual found ({candidate.status}): {candidate.message}")
+        return RobustCounterfactual(candidate, False, test, deltas, float(margin), tested, 0.0, guarantee,
+                                    time.perf_counter() - started)
     if test == "exact":
         confidence = 1.0 if robust else 0.0
         guarantee = ("proven: every model within δ classifies x_cf as the target" if robust

@@ -1,0 +1,61 @@
+"""Algorithm 2 (robust counterfactuals): MILP-R's answers are proven robust and survive sampling;
+the APΔS variant states a union bound over the candidates it tested."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from assay.cfx import counterfactual, delta_robust, robust_counterfactual
+from assay.cfx._model import target_rows
+from tests.cfx.nets import parameter_count, random_mlp, shifted_outputs
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_milp_r_is_proven_robust_and_never_refuted_by_sampling(seed):
+    rng = np.random.default_rng(200 + seed)
+    network = random_mlp((4, 6, 1), rng)
+    x = rng.uniform(0, 1, size=4)
+    delta = 0.03
+    result = robust_counterfactual(network, x, delta)
+    plain = counterfactual(network, x)
+    assert result.test == "exact"
+    if result.counterfactual.x_cf is None:  # no counterfactual at all: said so, not robust
+        assert result.candidates == 0 and result.counterfactual.status == "infeasible"
+        assert not result.robust and "no counterfactual" in result.guarantee
+        return
+    if not result.robust:
+        assert result.confidence == 0.0
+        return
+    cf = result.x_cf
+    assert delta_robust(network, cf, delta, result.counterfactual.target, method="milp").robust
+    assert result.counterfactual.distance >= plain.distance - 1e-9
+    C = target_rows(network, result.counterfactual.target)
+    P = parameter_count(network)
+    for signs in (rng.uniform(-1, 1, size=(5000, P)), rng.choice([-1.0, 1.0], size=(5000, P))):
+        assert (shifted_outputs(network, cf, signs, delta) @ C.T).min() > 0
+    assert result.confidence == 1.0 and "proven" in result.guarantee
+    assert result.to_json()["counterfactual"]["x_cf"] == cf.tolist()
+
+
+def test_apas_generation_states_its_union_bound():
+    rng = np.random.default_rng(21)
+    network = random_mlp((4, 6, 1), rng)
+    x = rng.uniform(0, 1, size=4)
+    result = robust_counterfactual(network, x, 0.05, test="apas", rng=np.random.default_rng(0))
+    assert result.robust
+    k = result.candidates
+    assert result.confidence == pytest.approx(1 - k * 0.995 ** 1379)
+    assert f"{k} candidate" in result.guarantee and "union bound" in result.guarantee
+    exact = robust_counterfactual(network, x, 0.05)
+    # The probabilistic test is weaker, so its answer costs at most what MILP-R's costs.
+    assert result.counterfactual.distance <= exact.counterfactual.distance + 1e-9
+
+
+def test_schedule_exhausted_is_reported_not_robust():
+    rng = np.random.default_rng(2)
+    network = random_mlp((3, 4, 1), rng)
+    x = rng.uniform(0, 1, size=3)
+    result = robust_counterfactual(network, x, 5.0, max_margin=0.5)
+    assert not result.robust and result.confidence == 0.0
+    assert result.candidates == 3  # margins 0.01, 0.21, 0.41
