@@ -210,10 +210,24 @@ def _print_knn(out, data: dict) -> None:
                   "(re-checked by re-running it). `assay knn-fairness` certifies a whole test file.")
 
 
+# ------------------------------------------------------------------------------- preimage
+def _print_preimage(out, data: dict) -> None:
+    patch = data["patch"]
+    size = f"{patch['size']}×{patch['size']}"
+    out.print(f"Preimage approximation (PREMAP2): a {size} sticker on test image {data['image']} (a {data['label']}) may take "
+              f"any colouring. {data['preimage_share']:.0%} of the colourings keep the class {data['label']} (estimated); "
+              f"{data['pieces']} polytopes prove that {data['covered_share']:.1%} do: an under-approximation with ratio "
+              f"{data['ratio']:.3f} (target {data['threshold']:g}, {data['status']}) in {data['seconds']:.1f} s.")
+    out.print(f"Attacking the certificate: of {data['checked']:,} fresh random stickers, {data['checked_contained']:,} lie in "
+              f"the polytopes and {data['checked_violations']} of those change the class. `assay preimage` does this for "
+              "any box, patch or patch grid.")
+
+
 DEMO_SECTIONS: tuple[DemoSection, ...] = (
     DemoSection("verify", "assay.cli.demo_cmd:_run_verify", _print_verify),
     DemoSection("online", "assay.verify.online.demo:demo_section", _print_online),
     DemoSection("monitor", "assay.monitor.demo:demo_section", _print_monitor),
     DemoSection("knn", "assay.fairness.demo:demo_section", _print_knn),
+    DemoSection("preimage", "assay.preimage.demo:demo_section", _print_preimage),
     DemoSection("serve", "assay.serve.demo:demo_section", print_serve_section),
 )
