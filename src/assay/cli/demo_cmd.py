@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import typer
 
 from assay.cli._common import console, show_progress
+from assay.cli.cfx_cmd import print_cfx_section
 from assay.cli.serve_cmd import print_serve_section
 from assay.errors import OptionError
 
@@ -230,4 +231,5 @@ DEMO_SECTIONS: tuple[DemoSection, ...] = (
     DemoSection("knn", "assay.fairness.demo:demo_section", _print_knn),
     DemoSection("preimage", "assay.preimage.demo:demo_section", _print_preimage),
     DemoSection("serve", "assay.serve.demo:demo_section", print_serve_section),
+    DemoSection("cfx", "assay.cfx.demo:demo_section", print_cfx_section),
 )

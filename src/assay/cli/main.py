@@ -23,6 +23,7 @@ import assay
 from assay.cli import (
     _common,
     bounds_cmd,
+    cfx_cmd,
     demo_cmd,
     info_cmd,
     knn_cmd,
@@ -76,6 +77,7 @@ _register(demo_cmd.demo, "demo")
 _register(knn_cmd.knn_fairness, "knn-fairness")
 _register(preimage_cmd.preimage, "preimage")
 _register(serve_cmd.serve, "serve")
+_register(cfx_cmd.cfx, "cfx")
 
 
 def run() -> None:

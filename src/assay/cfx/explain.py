@@ -1,0 +1,138 @@
+"""One call per input for the ``assay cfx`` command: a counterfactual and, if asked, its robustness.
+
+:func:`explain` picks what :func:`assay.cfx.counterfactual`, :func:`robust_counterfactual`,
+:func:`delta_robust` and :func:`apas` to run from the options and returns one
+:class:`Explanation`; :func:`read_inputs` reads a JSON input or a CSV of inputs; :func:`write_onnx`
+saves a Linear/ReLU network (e.g. a scikit-learn MLP loaded with :func:`assay.nn.load`) as an ONNX
+file the command can read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from assay.cfx.apas import ApasResult, apas
+from assay.cfx.features import FeatureTypes
+from assay.cfx.generate import RobustCounterfactual, robust_counterfactual
+from assay.cfx.milp import Counterfactual, counterfactual, default_target
+from assay.cfx.robustness import DeltaRobustness, delta_robust
+from assay.errors import DataError, OptionError
+
+__all__ = ["Explanation", "explain", "read_inputs", "write_onnx"]
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """A counterfactual and what was checked about it.
+
+    Attributes:
+        counterfactual: the counterfactual returned (the robust one under ``robust``).
+        robust: the Algorithm 2 run (``--robust``), or None.
+        delta_check: the exact Δ-robustness check at ``--delta`` of a plain counterfactual, or None.
+        apas: APΔS's largest δ for the counterfactual (``--apas`` without ``--robust``), or None.
+    """
+
+    counterfactual: Counterfactual
+    robust: RobustCounterfactual | None = None
+    delta_check: DeltaRobustness | None = None
+    apas: ApasResult | None = None
+
+    def to_json(self) -> dict:
+        return {"counterfactual": self.counterfactual.to_json(),
+                "robust": None if self.robust is None else {k: v for k, v in self.robust.to_json().items()
+                                                           if k != "counterfactual"},
+                "delta_check": None if self.delta_check is None else self.delta_check.to_json(),
+                "apas": None if self.apas is None else self.apas.to_json()}
+
+
+def explain(network, x, *, features: FeatureTypes | None = None, target: int | None = None, distance: str = "l1",
+            margin: float = 0.0, robust: bool = False, delta: float | None = None, use_apas: bool = False,
+            R: float = 0.995, alpha: float = 0.999, rng: np.random.Generator | None = None,
+            time_limit: float | None = None) -> Explanation:
+    """The counterfactual of ``x`` and the checks the options ask for.
+
+    * ``robust`` (needs ``delta``): Algorithm 2 with the exact test, or with APΔS when ``use_apas``.
+    * otherwise the nearest counterfactual, then: with ``delta`` its exact Δ-robustness at δ, and
+      with ``use_apas`` the largest δ with APΔS's (R, α) guarantee.
+    """
+    if robust and delta is None:
+        raise OptionError("--robust needs --delta D: the weight change the counterfactual must survive")
+    x = np.asarray(x, dtype=np.float64).reshape(-1)
+    if target is None:
+        target = default_target(network, x)
+    if robust:
+        result = robust_counterfactual(network, x, delta, test="apas" if use_apas else "exact", features=features,
+                                       target=target, distance=distance, initial_margin=max(margin, 0.01), R=R,
+                                       alpha=alpha, rng=rng, time_limit=time_limit)
+        return Explanation(result.counterfactual, robust=result)
+    found = counterfactual(network, x, distance, features, target, margin, time_limit=time_limit)
+    check = apas_result = None
+    if found.found and delta is not None:
+        check = delta_robust(network, found.x_cf, delta, target, time_limit=time_limit)
+    if found.found and use_apas:
+        apas_result = apas(network, found.x_cf, target, R, alpha, rng=rng)
+    return Explanation(found, delta_check=check, apas=apas_result)
+
+
+def read_inputs(path, size: int, features: FeatureTypes | None = None) -> np.ndarray:
+    """Inputs as a (rows, size) array from a JSON file (a list of numbers, a list of lists, or
+    ``{"x": [...]}``) or a CSV file with a header (every column numeric; columns matched by the
+    feature spec's names when it has them, else taken in order)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file; pass a JSON list of {size} numbers (--input) or a CSV (--inputs)")
+    if path.suffix.lower() == ".json":
+        try:
+            payload = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}: not valid JSON ({exc})") from None
+        if isinstance(payload, dict):
+            payload = payload.get("x", payload.get("inputs"))
+        try:
+            rows = np.atleast_2d(np.asarray(payload, dtype=np.float64))
+        except (TypeError, ValueError):
+            raise DataError(f"{path}: expected a list of {size} numbers (or {{\"x\": [...]}}); got something else") from None
+    else:
+        from assay.datasets import read_csv
+
+        header, body = read_csv(path)
+        names = list(features.names) if features is not None and features.names is not None else None
+        columns = [header.index(n) for n in names] if names and all(n in header for n in names) else list(range(len(header)))
+        try:
+            rows = np.array([[float(row[c]) for c in columns] for row in body], dtype=np.float64)
+        except ValueError as exc:
+            raise DataError(f"{path}: every input column must be numeric ({exc}); encode categories as the model does") from None
+    if rows.ndim != 2 or rows.shape[1] != size:
+        raise DataError(f"{path}: each input needs {size} values (the model's inputs); got shape {rows.shape}")
+    if not np.isfinite(rows).all():
+        raise DataError(f"{path}: NaN or infinite values in row {int(np.flatnonzero(~np.isfinite(rows).all(1))[0]) + 1}")
+    return rows
+
+
+def write_onnx(network, path) -> Path:
+    """Save a Linear/ReLU chain over a flat input as ONNX (float64 Gemm/Relu nodes)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from assay.cfx._model import check_mlp
+
+    affine = check_mlp(network, "write_onnx")
+    nodes, initializers, current = [], [], "input"
+    for k, (W, b) in enumerate(affine):
+        initializers += [numpy_helper.from_array(np.asarray(W, np.float64), f"W{k}"),
+                         numpy_helper.from_array(np.asarray(b, np.float64), f"b{k}")]
+        out = "output" if k == len(affine) - 1 else f"z{k}"
+        nodes.append(helper.make_node("Gemm", [current, f"W{k}", f"b{k}"], [out], name=f"linear{k}", transB=1))
+        if k < len(affine) - 1:
+            nodes.append(helper.make_node("Relu", [out], [f"h{k}"], name=f"relu{k}"))
+            current = f"h{k}"
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("input", TensorProto.DOUBLE, [1, network.input_size])],
+                              [helper.make_tensor_value_info("output", TensorProto.DOUBLE, [1, network.output_size])],
+                              initializers)
+    path = Path(path)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path
