@@ -296,33 +296,59 @@ def main() -> None:
     parser.add_argument("--restart-size", type=int, default=1_000_000, help="Decisions in the store of the restart run.")
     parser.add_argument("--quick", action="store_true", help="A smoke run: 10⁴ decisions, a 10⁵-decision restart store.")
     parser.add_argument("--skip-postgres", action="store_true")
+    parser.add_argument("--only", default="sqlite,sigkill,restart,postgres",
+                        help="Runs to do (comma-separated: sqlite, sigkill, restart, postgres); the others are kept "
+                             "from the last results/service.json, so one part can be measured again.")
+    parser.add_argument("--render", action="store_true", help="Rewrite service.md from service.json and stop.")
     arguments = parser.parse_args()
+    chosen = {part.strip() for part in arguments.only.split(",") if part.strip()}
+    previous_path = Path(__file__).resolve().parent / "results" / "service.json"
+    previous = json.loads(previous_path.read_text()) if previous_path.exists() else {}
+    if arguments.render:
+        render(previous)
+        return
     count = 10_000 if arguments.quick else arguments.decisions
     restart_size = 100_000 if arguments.quick else arguments.restart_size
     folder = Path(tempfile.mkdtemp(prefix="assay-service-bench-"))
-    runs, restart, kill = [], None, None
+    kept_runs = previous.get("runs", [])
+    runs = {"sqlite": [r for r in kept_runs if r["store"].startswith("SQLite")],
+            "postgres": [r for r in kept_runs if r["store"].startswith("PostgreSQL")]}
+    restart, kill = previous.get("restart"), previous.get("sigkill")
     try:
-        runs += throughput_runs(f"sqlite:///{folder / 'load.db'}", "SQLite (WAL, sync full)", count, arguments.quick)
-        print(json.dumps(runs[-3:], indent=1), flush=True)
-        kill = sigkill_run(f"sqlite:///{folder / 'kill.db'}", count)
-        print(json.dumps(kill, indent=1), flush=True)
-        restart = restart_run(folder, restart_size)
-        print(json.dumps(restart, indent=1), flush=True)
-        if not arguments.skip_postgres:
+        if "sqlite" in chosen:
+            runs["sqlite"] = throughput_runs(f"sqlite:///{folder / 'load.db'}", "SQLite (WAL, sync full)", count,
+                                             arguments.quick)
+            print(json.dumps(runs["sqlite"], indent=1), flush=True)
+        if "sigkill" in chosen:
+            kill = sigkill_run(f"sqlite:///{folder / 'kill.db'}", count)
+            print(json.dumps(kill, indent=1), flush=True)
+        if "restart" in chosen:
+            restart = restart_run(folder, restart_size)
+            print(json.dumps(restart, indent=1), flush=True)
+        if "postgres" in chosen and not arguments.skip_postgres:
             server = postgres_url(folder)
             if server is None:
                 print("PostgreSQL is not installed: its rows are left out", flush=True)
             else:
                 with server:
-                    runs += throughput_runs(server.url, "PostgreSQL 15", count, arguments.quick)
-                    print(json.dumps(runs[-3:], indent=1), flush=True)
+                    runs["postgres"] = throughput_runs(server.url, "PostgreSQL 15", count, arguments.quick)
+                    print(json.dumps(runs["postgres"], indent=1), flush=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     payload = {"machine": machine(), "clients": CLIENTS, "dim": DIM, "epsilon": EPSILON, "decisions_per_run": count,
-               "runs": runs, "restart": restart, "sigkill": kill}
-    table = ["# assay serve under loopback load\n",
+               "runs": runs["sqlite"] + runs["postgres"], "restart": restart, "sigkill": kill,
+               "measured_at": {**previous.get("measured_at", {}), **{part: time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+                                                                     for part in chosen}}}
+    render(payload)
+
+
+def render(payload: dict) -> None:
+    runs, restart, kill, count = payload["runs"], payload["restart"], payload["sigkill"], payload["decisions_per_run"]
+    when = ", ".join(f"{part} {stamp}" for part, stamp in sorted(payload.get("measured_at", {}).items()))
+    table = ["# assay serve under loopback load\n\n",
              f"{CLIENTS} client threads, {DIM} features, ε = {EPSILON} (L∞), {count:,} decisions per run; "
-             f"{machine()['cpus']} cores shared with other work (load average, 1 min, before → after each run).\n",
+             f"{payload['machine']['cpus']} cores shared with other work (load average, 1 min, before → after each run). "
+             f"Measured: {when or 'see service.json'}.\n\n",
              markdown_table(["store", "run", "decisions acked", "decisions/s", "p50 ms / post", "p99 ms / post", "max ms",
                              "load"],
                             [[r["store"], r["run"], f"{r['acknowledged']:,}", f"{r['decisions_per_s']:,.0f}",
