@@ -327,3 +327,10 @@ def test_image_monitors_refuse_inputs_of_another_size(service):
     answer = client.post("/api/monitors/pixels/decisions", json={"x": [0.0] * 5, "y": 1})
     assert answer.status_code == 422 and "have 6 pixels" in answer.json()["detail"]
     assert client.post("/api/monitors/pixels/decisions", json={"x": [0.0] * 6, "y": 1}).status_code == 200
+
+
+def test_public_surface():
+    import assay.serve
+
+    assert assay.serve.__all__ == ["Client", "PostResult", "ServiceError", "post_stream", "MonitorHub", "MonitorSpec",
+                                   "Service", "build", "serve", "StoreError", "open_store"]
