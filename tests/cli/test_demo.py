@@ -89,3 +89,12 @@ def test_demo_section_choice(invoke):
     assert result.exit_code == 2 and "nope" in result.stderr and "choose from" in result.stderr
     text = invoke("demo", "--sections", "knn")
     assert text.exit_code == 0 and "KNN fairness" in text.stdout and "L∞ robustness" not in text.stdout
+
+
+def test_demo_preimage_section(invoke):
+    result = invoke("demo", "--sections", "preimage", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)["preimage"]
+    assert data["status"] == "reached" and data["ratio"] >= data["threshold"]
+    assert data["checked_violations"] == 0 and data["checked_contained"] > 0
+    assert 0 < data["covered_share"] <= data["preimage_share"] + 0.05
