@@ -151,3 +151,26 @@ def test_per_layer_delta_and_multiclass():
         delta_robust(network, x, {1: 0.1}, target)
     with pytest.raises(OptionError, match="≥ 0"):
         delta_robust(network, x, -0.1, target)
+
+
+def test_max_certified_delta_stopped_by_ctrl_c_keeps_a_certified_delta(monkeypatch):
+    import assay.cfx.robustness as module
+
+    rng = np.random.default_rng(11)
+    network = random_mlp((2, 3, 1), rng)
+    x = rng.uniform(0, 1, size=2)
+    target = _target_of(network, x)
+    real, calls = module.delta_robust, []
+
+    def stopping(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 6:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "delta_robust", stopping)
+    stopped = module.max_certified_delta(network, x, target, tolerance=1e-6)
+    monkeypatch.undo()
+    assert stopped.interrupted and stopped.checks == 7
+    assert stopped.delta < stopped.upper
+    assert stopped.delta == 0 or delta_robust(network, x, stopped.delta, target).robust

@@ -98,7 +98,8 @@ class MaxDelta:
 
     ``delta`` is certified (``"robust"`` was proven there); ``upper`` is the smallest δ tried that
     was not proven (``"not_robust"`` or ``"unknown"``), so the true maximum lies in
-    [delta, upper] when every check in between was decided. ``checks`` counts the checks made.
+    [delta, upper] when every check in between was decided. ``checks`` counts the checks made;
+    ``interrupted`` says Ctrl-C stopped the bisection (``delta`` is still certified).
     """
 
     delta: float
@@ -106,10 +107,11 @@ class MaxDelta:
     checks: int
     undecided: int
     seconds: float
+    interrupted: bool = False
 
     def to_json(self) -> dict:
         return {"delta": self.delta, "upper": _json_float(self.upper), "checks": self.checks,
-                "undecided": self.undecided, "seconds": self.seconds}
+                "undecided": self.undecided, "seconds": self.seconds, "interrupted": self.interrupted}
 
 
 def _json_float(value):
@@ -348,16 +350,19 @@ def max_certified_delta(
     if not robust(0.0):
         return MaxDelta(0.0, 0.0, checks, undecided, time.perf_counter() - started)
     lo, hi = 0.0, min(start, delta_max)
-    while robust(hi):
-        lo = hi
-        if hi >= delta_max:
-            return MaxDelta(lo, np.inf, checks, undecided, time.perf_counter() - started)
-        hi = min(2 * hi, delta_max)
-    while hi - lo > tolerance:
-        mid = (lo + hi) / 2
-        if robust(mid):
-            lo = mid
-        else:
-            hi = mid
+    try:
+        while robust(hi):
+            lo = hi
+            if hi >= delta_max:
+                return MaxDelta(lo, np.inf, checks, undecided, time.perf_counter() - started)
+            hi = min(2 * hi, delta_max)
+        while hi - lo > tolerance:
+            mid = (lo + hi) / 2
+            if robust(mid):
+                lo = mid
+            else:
+                hi = mid
+    except KeyboardInterrupt:  # anytime: lo is certified whenever the bisection stops
+        return MaxDelta(lo, hi, checks, undecided, time.perf_counter() - started, interrupted=True)
     return MaxDelta(lo, hi, checks, undecided, time.perf_counter() - started)
 
