@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 __all__ = ["Estimate", "clopper_pearson", "stratified_sum"]
 
@@ -34,6 +33,8 @@ class Estimate:
 
 def clopper_pearson(successes, trials, confidence: float) -> tuple[np.ndarray, np.ndarray]:
     """Exact two-sided binomial intervals for ``successes`` of ``trials`` (arrays), level ``confidence``."""
+    from scipy import stats  # loaded on first use: 0.5–1 s that `assay --help` should not pay
+
     k = np.asarray(successes, dtype=np.float64)
     n = np.asarray(trials, dtype=np.float64)
     tail = (1.0 - confidence) / 2
@@ -52,6 +53,8 @@ def stratified_sum(volumes, successes, trials, exact, confidence: float) -> Esti
         exact: (J,) bool: the piece's fraction is known exactly: ``successes / trials`` is then
             0 or 1 and carries no sampling error.
     """
+    from scipy import stats
+
     v = np.asarray(volumes, dtype=np.float64)
     k = np.asarray(successes, dtype=np.float64)
     n = np.maximum(np.asarray(trials, dtype=np.float64), 1.0)
