@@ -1,0 +1,121 @@
+"""Patch-attack certification on 8×8 digits (PREMAP2's patch experiments, scaled to scikit-learn's digits).
+
+Two classifiers trained reproducibly on scikit-learn's digits (pixels in [0, 1]): a fully connected
+ReLU MLP (64 → 32 → 32 → 10, :func:`assay.demo.run_demo`'s network, scikit-learn ``MLPClassifier``,
+seed 0) and a small CNN (:func:`assay.datasets.online_tasks.digits_task`, seed 0). For each model and
+patch size (2×2, 3×3, 4×4), ``--instances`` random (correctly classified test image, patch position)
+pairs (``numpy.random.default_rng(seed)``); each patch pixel may take any value in [0, 1] and
+:func:`assay.preimage.approximate_preimage` under-approximates the colourings that keep the
+image's class, up to ratio 0.9 (``stop_on="bound"``: the 95 % lower confidence bound) or the time
+limit (the issue's 10 minutes by default; ``--time-limit`` to run shorter).
+
+Reported per model and size: completion rate (ratio 0.9 reached within the limit), median and p90
+of the time per instance, median and p10 of the ratio reached, and the median share of colourings
+that keep the class (the preimage's share of the patch region). Soundness check: 20,000 fresh
+random colourings per instance; a contained colouring that changes the class is a violation.
+
+    python benchmarks/premap_patches.py --instances 5 --time-limit 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine, markdown_table, write_results  # noqa: E402
+
+from assay.preimage import approximate_preimage  # noqa: E402
+from assay.sets import argmax_is, patch_region  # noqa: E402
+
+CHECK = 20_000
+
+
+def models() -> dict:
+    from assay.datasets.online_tasks import digits_task
+    from assay.demo import _train
+
+    fc, x_test, y_test, _, _ = _train((32, 32), 0)
+    cnn = digits_task(0)
+    return {"fc": (fc, x_test.reshape(-1, 1, 8, 8), y_test), "cnn": (cnn.network, cnn.test_images, cnn.test_labels)}
+
+
+def percentile(values, q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--instances", type=int, default=5, help="instances per model and patch size")
+    parser.add_argument("--sizes", default="2,3,4")
+    parser.add_argument("--models", default="fc,cnn")
+    parser.add_argument("--time-limit", type=float, default=600.0)
+    parser.add_argument("--method", default="alpha")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--name", default="premap_patches")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    runs, failures = [], 0
+    trained = models()
+    for model in args.models.split(","):
+        network, images, labels = trained[model]
+        predicted = network.forward(images.reshape(len(images), *network.input_shape)).argmax(1)
+        correct = torch.nonzero(predicted == labels).flatten().tolist()
+        for size in (int(s) for s in args.sizes.split(",")):
+            rng = np.random.default_rng([args.seed, size])
+            for _ in range(args.instances):
+                index = int(rng.choice(correct))
+                top, left = (int(v) for v in rng.integers(0, 8 - size + 1, 2))
+                image = images[index].reshape(1, 8, 8)
+                label = int(labels[index])
+                region = patch_region(image, top, left, size, size)
+                shape = network.input_shape
+                started = time.perf_counter()
+                result = approximate_preimage(network, (region.lower.reshape(shape), region.upper.reshape(shape)),
+                                              argmax_is(label, network.output_size), kind="under", threshold=0.9,
+                                              time_limit=args.time_limit, method=args.method, rng=rng)
+                seconds = time.perf_counter() - started
+                points = np.repeat(image.reshape(1, -1).numpy(), CHECK, 0)
+                free = result.region.free.numpy()
+                points[:, free] = rng.random((CHECK, free.size))
+                as_input = torch.as_tensor(points).reshape(CHECK, *shape)
+                kept = (network.forward(as_input).argmax(1) == label).numpy()
+                contained = result.contains(as_input.numpy())
+                wrong = int((contained & ~kept).sum())
+                failures += wrong > 0
+                runs.append({"model": model, "size": size, "image": index, "top": top, "left": left, "label": label,
+                             "status": result.status, "ratio": result.ratio, "seconds": seconds,
+                             "pieces": len(result.pieces), "preimage_share": result.preimage_volume.value / result.region_volume,
+                             "violations": wrong})
+                print(f"{model} {size}×{size} image {index:3d} at ({top},{left}): {result.status:10s} ratio {result.ratio:.3f} "
+                      f"preimage {runs[-1]['preimage_share']:.3f} {len(result.pieces):5d} pieces {seconds:7.2f} s "
+                      f"violations {wrong}", flush=True)
+    rows = []
+    for model in args.models.split(","):
+        for size in (int(s) for s in args.sizes.split(",")):
+            mine = [r for r in runs if r["model"] == model and r["size"] == size]
+            done = sum(r["status"] == "reached" for r in mine)
+            times = [r["seconds"] for r in mine]
+            ratios = [r["ratio"] for r in mine]
+            rows.append([model, f"{size}×{size}", f"{done}/{len(mine)}", f"{statistics.median(times):.2f}",
+                         f"{percentile(times, 90):.2f}", f"{statistics.median(ratios):.3f}", f"{percentile(ratios, 10):.3f}",
+                         f"{statistics.median(r['preimage_share'] for r in mine):.3f}", sum(r["violations"] for r in mine)])
+    header = ["model", "patch", "reached 0.9", "median s", "p90 s", "median ratio", "p10 ratio", "median preimage share",
+              "sample violations"]
+    table = (f"# Patch certification on 8×8 digits (under-approximation, target ratio 0.9, {args.time_limit:g} s limit)\n\n"
+             + markdown_table(header, rows)
+             + f"\n{args.instances} random (image, patch position) pairs per row, seed {args.seed}, method {args.method}; "
+             f"2 cores, load average at the end {__import__('os').getloadavg()[0]:.1f}.\n")
+    write_results(args.name, {"machine": machine(), "args": vars(args), "runs": runs}, table)
+    print(table)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
