@@ -73,12 +73,14 @@ class PreimageRefinement:
         method: bound method of the chosen children: ``"crown"`` or ``"alpha"`` (α-CROWN
             maximising the sample-based volume of the approximation, as in PREMAP).
         alpha_iterations: α-CROWN steps.
+        max_candidates: coordinates tried per split (all when there are at most this many).
         rng: the source of every sample.
         min_width: pieces narrower than this (widest side) are not split.
     """
 
     def __init__(self, network: Network, C: torch.Tensor, d: torch.Tensor, kind: str, *, samples: int,
-                 method: str, alpha_iterations: int, rng: torch.Generator, min_width: float):
+                 method: str, alpha_iterations: int, rng: torch.Generator, min_width: float,
+                 max_candidates: int = 8):
         self.network = network
         self.C, self.d = C, d
         self.kind = kind
@@ -87,6 +89,7 @@ class PreimageRefinement:
         self.alpha_options = AlphaCrownOptions(iterations=alpha_iterations)
         self.rng = rng
         self.min_width = min_width
+        self.max_candidates = max_candidates
         self.counters = RefinementCounters()
         # The samples of the open pieces (by the piece's "id" tag), reused by their children.
         self._samples: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -121,31 +124,39 @@ class PreimageRefinement:
         z = torch.stack([pair[0] for pair in kept])  # (P, N, k)
         inside = torch.stack([pair[1] for pair in kept])
         middle = (lower + upper) / 2
-        # Every candidate cut: children (P, k, 2) boxes, bounded with CROWN in one call.
-        eye = torch.eye(k, dtype=torch.bool)
-        left_upper = torch.where(eye, middle.unsqueeze(1), upper.unsqueeze(1))    # (P, k, k)
-        right_lower = torch.where(eye, middle.unsqueeze(1), lower.unsqueeze(1))
-        cand_lower = torch.stack([lower.unsqueeze(1).expand(P, k, k), right_lower], 2).reshape(P * k * 2, k)
-        cand_upper = torch.stack([left_upper, upper.unsqueeze(1).expand(P, k, k)], 2).reshape(P * k * 2, k)
+        width = upper - lower
+        # Candidate cuts: every coordinate for up to `max_candidates` of them, else those that move
+        # the parent's constraints most (|A| summed over rows × width, ReluVal's smear on the polytope).
+        c = min(k, self.max_candidates)
+        smear = parents.tags["A"].abs().sum(1) * width + 1e-12 * width
+        axes = smear.topk(c, dim=1).indices                                    # (P, c)
+        rows_p = torch.arange(P).unsqueeze(1)
+        left_upper = upper.unsqueeze(1).repeat(1, c, 1)                        # (P, c, k)
+        left_upper[rows_p, torch.arange(c), axes] = middle[rows_p, axes]
+        right_lower = lower.unsqueeze(1).repeat(1, c, 1)
+        right_lower[rows_p, torch.arange(c), axes] = middle[rows_p, axes]
+        cand_lower = torch.stack([lower.unsqueeze(1).expand(P, c, k), right_lower], 2).reshape(P * c * 2, k)
+        cand_upper = torch.stack([left_upper, upper.unsqueeze(1).expand(P, c, k)], 2).reshape(P * c * 2, k)
         # Candidates are only compared: cheap forward intermediate bounds, intersected with the parent's.
-        A, b, _, _, _ = self._polytopes(cand_lower, cand_upper, "crown", parents=_repeat(parents.parents, 2 * k),
+        A, b, _, _, _ = self._polytopes(cand_lower, cand_upper, "crown", parents=_repeat(parents.parents, 2 * c),
                                         intermediate_method="forward")
-        A, b = A.reshape(P, k, 2, *A.shape[1:]), b.reshape(P, k, 2, -1)
+        A, b = A.reshape(P, c, 2, *A.shape[1:]), b.reshape(P, c, 2, -1)
         # Score each cut on the parent's samples: volume of the union of its two children's polytopes.
-        on_right = z.unsqueeze(1) >= middle.unsqueeze(1).unsqueeze(2)      # (P, 1→k, N, k) per axis
-        on_right = torch.diagonal(on_right.expand(P, k, *z.shape[1:]), dim1=1, dim2=3).permute(0, 2, 1)  # (P, k, N)
-        covered = torch.zeros(P, k, z.shape[1], dtype=torch.bool)
+        cut = torch.gather(middle, 1, axes)                                     # (P, c)
+        coordinate = torch.gather(z, 2, axes.unsqueeze(1).expand(P, z.shape[1], c))  # (P, N, c)
+        on_right = (coordinate >= cut.unsqueeze(1)).permute(0, 2, 1)          # (P, c, N)
+        covered = torch.zeros(P, c, z.shape[1], dtype=torch.bool)
         for side in (0, 1):
-            member = satisfies(A[:, :, side].reshape(P * k, *A.shape[3:]), b[:, :, side].reshape(P * k, -1),
-                               z.unsqueeze(1).expand(P, k, *z.shape[1:]).reshape(P * k, *z.shape[1:]),
-                               inward=self.kind == "under").reshape(P, k, -1)
+            member = satisfies(A[:, :, side].reshape(P * c, *A.shape[3:]), b[:, :, side].reshape(P * c, -1),
+                               z.unsqueeze(1).expand(P, c, *z.shape[1:]).reshape(P * c, *z.shape[1:]),
+                               inward=self.kind == "under").reshape(P, c, -1)
             covered |= member & (on_right == bool(side))
         if self.kind == "under":
             score = (covered & inside.unsqueeze(1)).sum(-1).to(torch.float64)
         else:
             score = -covered.sum(-1).to(torch.float64)
         # Ties (e.g. nothing covered either way) go to the widest coordinate.
-        score = score + 1e-6 * (upper - lower) / (upper - lower).max(1, keepdim=True).values
+        score = score + 1e-6 * torch.gather(width, 1, axes) / width.max(1, keepdim=True).values
         axis = score.argmax(1)
         rows = torch.arange(P)
         child_lower = torch.stack([lower, right_lower[rows, axis]], 1).reshape(2 * P, k)
