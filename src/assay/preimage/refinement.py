@@ -120,9 +120,7 @@ class PreimageRefinement:
         parents = bounded.branches.select(open_)
         lower, upper = parents.lower, parents.upper
         P, k = lower.shape
-        kept = [self._samples.pop(piece) for piece in parents.tags["id"].tolist()]
-        z = torch.stack([pair[0] for pair in kept])  # (P, N, k)
-        inside = torch.stack([pair[1] for pair in kept])
+        z, inside, valid = _stack([self._samples.pop(piece) for piece in parents.tags["id"].tolist()])  # (P, N, k)
         middle = (lower + upper) / 2
         width = upper - lower
         # Candidate cuts: every coordinate for up to `max_candidates` of them, else those that move
@@ -151,6 +149,7 @@ class PreimageRefinement:
                                z.unsqueeze(1).expand(P, c, *z.shape[1:]).reshape(P * c, *z.shape[1:]),
                                inward=self.kind == "under").reshape(P, c, -1)
             covered |= member & (on_right == bool(side))
+        covered &= valid.unsqueeze(1)
         if self.kind == "under":
             score = (covered & inside.unsqueeze(1)).sum(-1).to(torch.float64)
         else:
@@ -162,37 +161,40 @@ class PreimageRefinement:
         child_lower = torch.stack([lower, right_lower[rows, axis]], 1).reshape(2 * P, k)
         child_upper = torch.stack([left_upper[rows, axis], upper], 1).reshape(2 * P, k)
         # The children's samples: the parent's, split by the cut (uniform in each half), topped up
-        # with fresh ones; all fresh points go through the network in one pass.
+        # with fresh ones when fewer than half the sample size are left (PREMAP's resampling rule);
+        # all fresh points go through the network in one pass.
         right = on_right[rows, axis]  # (P, N)
         halves, fresh = [], []
         for child in range(2 * P):
-            mine = right[child // 2] == bool(child % 2)
-            reuse = z[child // 2, mine][: self.samples]
-            halves.append((reuse, inside[child // 2, mine][: self.samples]))
-            need = self.samples - reuse.shape[0]
+            mine = valid[child // 2] & (right[child // 2] == bool(child % 2))
+            reuse = z[child // 2, mine]
+            halves.append((reuse, inside[child // 2, mine]))
+            need = max(0, self.samples // 2 - reuse.shape[0])
             fresh.append(self._uniform(child_lower[child].unsqueeze(0), child_upper[child].unsqueeze(0), need)[0])
         drawn = torch.cat(fresh)
         drawn_inside = self._in_preimage(drawn.unsqueeze(0))[0] if drawn.shape[0] else drawn.new_zeros(0, dtype=torch.bool)
-        child_z, child_inside, start = [], [], 0
+        children, start = [], 0
         for (reuse, reuse_inside), extra in zip(halves, fresh):
             end = start + extra.shape[0]
-            child_z.append(torch.cat([reuse, extra]))
-            child_inside.append(torch.cat([reuse_inside, drawn_inside[start:end]]))
+            children.append((torch.cat([reuse, extra]), torch.cat([reuse_inside, drawn_inside[start:end]])))
             start = end
-        return self._pieces(child_lower, child_upper, torch.stack(child_z), torch.stack(child_inside),
-                            parents.weight.repeat_interleave(2) / 2, _repeat(parents.parents, 2))
+        return self._pieces(child_lower, child_upper, *_stack(children), parents.weight.repeat_interleave(2) / 2,
+                            _repeat(parents.parents, 2))
 
     # ------------------------------------------------------------------ pieces
     def root(self, lower: torch.Tensor, upper: torch.Tensor) -> Branches:
         """The whole region as one bounded piece."""
         lower, upper = lower.unsqueeze(0), upper.unsqueeze(0)
         z = self._uniform(lower, upper, self.samples)
-        return self._pieces(lower, upper, z, self._in_preimage(z), torch.ones(1, dtype=torch.float64))
+        return self._pieces(lower, upper, z, self._in_preimage(z), torch.ones(1, self.samples, dtype=torch.bool),
+                            torch.ones(1, dtype=torch.float64))
 
-    def _pieces(self, lower, upper, z, inside, weight, parents=None) -> Branches:
-        """Bound boxes (B, k) whose samples z (B, N, k) and memberships are given; tag them.
+    def _pieces(self, lower, upper, z, inside, valid, weight, parents=None) -> Branches:
+        """Bound boxes (B, k) whose samples z (B, N, k) and memberships are given (``valid`` marks
+        the real samples of each row, the rest is padding); tag them.
         ``parents``: pre-activation bounds valid on each box (its parent's), or None."""
-        A, b, row_lower, row_upper, intermediate = self._polytopes(lower, upper, self.method, z, inside, parents=parents)
+        A, b, row_lower, row_upper, intermediate = self._polytopes(lower, upper, self.method, z, inside & valid,
+                                                                   ~inside & valid, parents=parents)
         B = lower.shape[0]
         # Sound shortcuts. g's bounds: under bounds g (rows as they are), over bounds −g.
         g_lower, g_upper = (row_lower, row_upper) if self.kind == "under" else (-row_upper, -row_lower)
@@ -201,10 +203,11 @@ class PreimageRefinement:
         A = torch.where((everywhere | nowhere).view(B, 1, 1), torch.zeros_like(A), A)
         b = torch.where(everywhere.view(B, 1), torch.zeros_like(b), b)
         b = torch.where(nowhere.view(B, 1), torch.full_like(b, -1.0), b)  # an empty polytope: 0 ≥ 1
-        member = satisfies(A, b, z, inward=self.kind == "under")
+        member = satisfies(A, b, z, inward=self.kind == "under") & valid
+        inside = inside & valid
         self._check(member, inside, z)
         volume = torch.prod(upper - lower, 1)
-        n = torch.full((B,), float(z.shape[1]), dtype=torch.float64)
+        n = valid.sum(1).to(torch.float64)
         k_pre = inside.sum(1).to(torch.float64)
         k_poly = member.sum(1).to(torch.float64)
         gap = (k_pre - k_poly) if self.kind == "under" else (k_poly - k_pre)
@@ -215,12 +218,13 @@ class PreimageRefinement:
         ids = torch.arange(self._next_id, self._next_id + B)
         self._next_id += B
         for i in range(B):
-            self._samples[self._next_id - B + i] = (z[i], inside[i])
+            self._samples[self._next_id - B + i] = (z[i][valid[i]], inside[i][valid[i]])
         tags = {"A": A, "b": b, "n": n, "k_pre": k_pre, "k_poly": k_poly, "exact": everywhere | nowhere,
                 "empty": nowhere, "inside": everywhere, "priority": volume * gap / n, "id": ids}
         return Branches(lower, upper, None, intermediate, weight, None, tags)
 
-    def _polytopes(self, lower, upper, method, z=None, inside=None, parents=None, intermediate_method="crown"):
+    def _polytopes(self, lower, upper, method, z=None, inside=None, outside=None, parents=None,
+                   intermediate_method="crown"):
         """Linear bounds of ±g over boxes → polytope (A, b) in the ``A z + b ≥ 0`` form, plus the
         concrete lower and upper bounds of the bounded rows (±g)."""
         sign = self._sign
@@ -229,7 +233,7 @@ class PreimageRefinement:
         options = None
         if method == "alpha":
             options = self.alpha_options
-            objective = self._volume_objective(z, inside)
+            objective = self._volume_objective(z, inside if self.kind == "under" else outside)
         result = compute_bounds(self.network, (lower, upper), (C, d), method, dtype="float64", sides="both",
                                 return_linear=True, options=options, objective=objective, intermediate=parents,
                                 intermediate_method=intermediate_method)
@@ -240,11 +244,10 @@ class PreimageRefinement:
             A, b = -A, -b
         return A, b, result.lower, result.upper, result.intermediate
 
-    def _volume_objective(self, z, inside):
-        """α-CROWN's objective (PREMAP): the smoothed share of the piece's samples that the
+    def _volume_objective(self, z, target):
+        """α-CROWN's objective (PREMAP): the smoothed share of the ``target`` samples (B, N) that the
         polytope classifies right (under: preimage samples covered; over: others excluded)."""
         kind = self.kind
-        target = inside if kind == "under" else ~inside
 
         def objective(linear, lower):
             value = torch.einsum("bmk,bnk->bnm", linear.lower_A.reshape(z.shape[0], -1, z.shape[-1]), z) \
@@ -255,7 +258,6 @@ class PreimageRefinement:
             return (share * target).sum(1) / target.sum(1).clamp(min=1)
 
         return objective
-
 
     # ------------------------------------------------------------------ sampling
     def _uniform(self, lower, upper, count) -> torch.Tensor:
@@ -284,3 +286,18 @@ def _repeat(bounds, times: int):
     if bounds is None:
         return None
     return bounds.select(torch.arange(bounds.batch_size).repeat_interleave(times))
+
+
+def _stack(pairs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Samples of several pieces (lists of (z (n_i, k), inside (n_i,))) as padded (B, N, k) and
+    (B, N) tensors and the (B, N) mask of the real ones (padding repeats a real point or is 0)."""
+    longest = max(1, max(z.shape[0] for z, _ in pairs))
+    k = pairs[0][0].shape[1]
+    z = torch.zeros(len(pairs), longest, k, dtype=torch.float64)
+    inside = torch.zeros(len(pairs), longest, dtype=torch.bool)
+    valid = torch.zeros(len(pairs), longest, dtype=torch.bool)
+    for i, (points, members) in enumerate(pairs):
+        z[i, : points.shape[0]] = points
+        inside[i, : points.shape[0]] = members
+        valid[i, : points.shape[0]] = True
+    return z, inside, valid
