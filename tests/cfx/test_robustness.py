@@ -43,11 +43,15 @@ def test_one_hidden_layer_milp_equals_vertex_minimum(seed):
     vertices = all_vertices(parameter_count(network))
     for delta in (0.02, 0.1, 0.4):
         vertex_min = float((shifted_outputs(network, x, vertices, delta) @ C.T).min())
-        result = delta_robust(network, x, delta, target, margin=BIG, method="milp")
-        assert result.verdict == "not_robust"
-        assert result.worst_lower == pytest.approx(vertex_min, abs=1e-6)
-        assert result.worst_upper == pytest.approx(vertex_min, abs=1e-6)  # the witness's forward pass
-        _witness_within(network, result.witness, result.deltas)
+        for method in ("milp", "auto"):  # the exact MILP and the one-hidden-layer closed form
+            result = delta_robust(network, x, delta, target, margin=BIG, method=method)
+            assert result.verdict == "not_robust"
+            assert result.decided_by == ("milp" if method == "milp" else "closed_form")
+            assert result.worst_lower == pytest.approx(vertex_min, abs=1e-6)
+            assert result.worst_upper == pytest.approx(vertex_min, abs=1e-6)  # the witness's forward pass
+            _witness_within(network, result.witness, result.deltas)
+        verdict = delta_robust(network, x, delta, target).verdict
+        assert verdict == ("robust" if vertex_min > 1e-9 else "not_robust")
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -84,7 +88,7 @@ def test_bounds_check_is_sound_and_milp_decides_what_it_cannot():
     rng = np.random.default_rng(7)
     decided_by = set()
     for _ in range(12):
-        network = random_mlp((4, 6, 1), rng)
+        network = random_mlp((4, 5, 3, 1), rng)
         x = rng.uniform(0, 1, size=4)
         target = _target_of(network, x)
         for delta in (0.001, 0.01, 0.05):

@@ -58,7 +58,7 @@ class DeltaRobustness:
             invalidates ``x_cf``, re-checked by a forward pass) or ``"unknown"``.
         deltas: δ per Linear layer, in order.
         decided_by: ``"bounds"`` (interval-weight propagation), ``"milp"``, ``"closed_form"``
-            (a network with one Linear layer), or ``"none"``.
+            (a network with one Linear layer, or one hidden layer: exact), or ``"none"``.
         worst_lower: a sound lower bound on the worst target row over the interval network.
         worst_upper: the smallest target row seen on a concrete model (the witness's, by a
             forward pass), +inf if none was built.
@@ -171,8 +171,9 @@ def delta_robust(
         delta: δ ≥ 0 for every weight and bias, or one δ per Linear layer, or {layer index: δ}.
         target: the class ``x_cf`` must keep.
         margin: every target row must stay > ``margin`` (0: plain validity).
-        method: ``"auto"`` (bounds first, then the MILP; default), ``"bounds"`` (sound but
-            incomplete: "robust" or "unknown"), or ``"milp"`` (exact only).
+        method: ``"auto"`` (default: the exact closed form for one hidden layer, else bounds
+            first, then the MILP), ``"bounds"`` (sound but incomplete: "robust" or "unknown"),
+            or ``"milp"`` (the exact MILP).
         bounds_method: the bound method of step 1 and of the big-M constants.
         time_limit: seconds for each MILP (None: no limit); an undecided MILP gives "unknown".
         tolerance: the MILP's lower bound must exceed ``margin`` by this much to certify
@@ -194,6 +195,8 @@ def delta_robust(
 
     if len(affine) == 1:
         return _single_layer(network, x, C, deltas[0], margin, answer)
+    if len(affine) == 2 and method == "auto":
+        return _one_hidden_layer(network, affine, x, C, deltas, margin, answer)
 
     bounds = _interval_bounds(network, x, C, deltas, bounds_method)
     lower = float(bounds.lower.min())
@@ -251,6 +254,40 @@ def _single_layer(network, x, C, delta, margin, answer):
     if value <= margin:
         return answer("not_robust", "closed_form", worst[r] - guard, value, witness,
                       f"not robust: a model within δ moves a target row to {value:.4g} ≤ {margin:g}")
+    return answer("unknown", "none", worst[r] - guard, value, None, "undecided: the worst case is within rounding of the margin")
+
+
+def _one_hidden_layer(network, affine, x, C, deltas, margin, answer):
+    """One hidden layer: the exact worst case in closed form, O(hidden units) per target row.
+
+    Each hidden pre-activation ranges independently over [l_j, u_j] = c_j ∓ δ₁(‖x‖₁ + 1) and the
+    worst row is ``a·h + C_r b − δ₂‖C_r‖₁`` with ``a = C_r W − δ₂‖C_r‖₁`` (h ≥ 0): each term is
+    minimised on its own, by h_j = relu(l_j) where a_j ≥ 0 and relu(u_j) where a_j < 0 (ReLU is
+    monotone). The same choice, as a shifted model, is the witness.
+    """
+    (W1, b1), (W2, b2) = affine
+    center = W1 @ x + b1
+    radius = deltas[0] * (np.abs(x).sum() + 1.0)
+    spread = deltas[1] * np.abs(C).sum(1)
+    a = C @ W2 - spread[:, None]
+    h = np.where(a >= 0, np.maximum(center - radius, 0.0), np.maximum(center + radius, 0.0))
+    worst = (a * h).sum(1) + C @ b2 - spread
+    r = int(np.argmin(worst))
+    t = np.where(a[r] >= 0, -1.0, 1.0)
+    sign_x = np.where(x >= 0, 1.0, -1.0)
+    direction = -np.sign(C[r])
+    witness = shifted_network(network, [(deltas[0] * np.outer(t, sign_x), deltas[0] * t),
+                                        (deltas[1] * np.outer(direction, np.ones(W2.shape[1])), deltas[1] * direction)])
+    value = float(row_margins(witness, x, C)[0])
+    scale = 1.0 + np.abs(C @ W2).sum() * (np.abs(center).max() + radius) + np.abs(C @ b2).max() + spread.max()
+    guard = 1e-9 * scale
+    if worst[r] > margin + guard:
+        return answer("robust", "closed_form", worst[r] - guard, np.inf, None,
+                      f"robust: the worst target row is {worst[r]:.4g} > {margin:g} (exact, one hidden layer)")
+    if value <= margin:
+        return answer("not_robust", "closed_form", worst[r] - guard, value, witness,
+                      f"not robust: a model within δ moves a target row to {value:.4g} ≤ {margin:g} "
+                      "(re-checked by a forward pass)")
     return answer("unknown", "none", worst[r] - guard, value, None, "undecided: the worst case is within rounding of the margin")
 
 
