@@ -126,3 +126,62 @@ def test_results_carry_their_searches():
     assert done.searches[-1].closed_count == 0  # closed branches are kept only when asked
     kept = verify(network, box(3), unsafe=unsafe_region(query.C.numpy(), query.d.numpy()), timeout=60, keep_closed=True)
     assert kept.searches[-1].closed_count > 0
+
+
+class Halving:
+    """A toy strategy on [0, 1]: every branch is open and halves; tags carry the branch's width."""
+
+    def __init__(self):
+        self.taken: list[list[float]] = []
+
+    def bound(self, branches, deadline, stats):
+        from assay.verify.search import BoundedBranches
+
+        self.taken.append(sorted(branches.tags["width"].tolist(), reverse=True))
+        return BoundedBranches(branches, torch.zeros(len(branches), dtype=torch.bool), torch.zeros(len(branches)))
+
+    def probe(self, bounded, open_, deadline, stats):
+        return None
+
+    def decide(self, bounded, open_, deadline, stats):
+        from assay.verify.search import LeafDecision
+
+        return LeafDecision(torch.zeros_like(open_))
+
+    def split(self, bounded, open_):
+        from assay.verify.search import Branches
+
+        parents = bounded.branches.select(open_)
+        middle = (parents.lower + parents.upper) / 2
+        lower = torch.cat([parents.lower, middle])
+        upper = torch.cat([middle, parents.upper])
+        return Branches(lower, upper, None, None, torch.cat([parents.weight, parents.weight]) / 2, None,
+                        {"width": (upper - lower)[:, 0]})
+
+
+def _halving_root():
+    from assay.verify.search import Branches, SearchState
+
+    root = Branches(torch.zeros(1, 1), torch.ones(1, 1), None, None, torch.ones(1), None, {"width": torch.ones(1)})
+    return SearchState.start(root)
+
+
+def test_priority_takes_the_largest_tag_first_and_stop_returns_a_resumable_state():
+    strategy = Halving()
+    rounds = []
+
+    def stop(state):
+        rounds.append(state.pending_count)
+        return len(rounds) == 4
+
+    outcome = branch_and_bound(strategy, _halving_root(), Counting(), batch_size=3, stats=SearchStats(),
+                               keep_closed=True, priority="width", stop=stop)
+    assert outcome.status == VerificationStatus.UNKNOWN and rounds == [2, 4, 7, 10]
+    # Best first: every round takes the widest pending branches (depth first would take the newest).
+    assert strategy.taken == [[1.0], [0.5, 0.5], [0.25, 0.25, 0.25], [0.25, 0.125, 0.125]]
+    widths = torch.cat([chunk.tags["width"] for chunk in outcome.state.pending])
+    assert float(widths.sum()) == pytest.approx(1.0)  # the pending branches still partition [0, 1], tags kept
+    resumed = branch_and_bound(strategy, outcome.state, Counting(), batch_size=3, stats=SearchStats(),
+                               keep_closed=True, priority="width", stop=lambda state: True)
+    assert strategy.taken[4] == [0.125, 0.125, 0.125]
+    assert resumed.status == VerificationStatus.UNKNOWN
