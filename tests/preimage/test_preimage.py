@@ -144,6 +144,9 @@ def test_control_networks_sound(data_dir, task, kind):
     assert result.status == "reached"
     inside, contained = _attack(result, network, lower, upper, np.random.default_rng(12))
     _volume_agrees(result, contained)
+    # The independent check on fresh samples of the whole box agrees with the per-piece estimates.
+    low, high = result.check["ratio_interval"]
+    assert low <= result.ratio_interval[1] and result.ratio_interval[0] <= high, (result.check, result.ratio_interval)
 
 
 @pytest.mark.data

@@ -141,6 +141,11 @@ def _print(result, argmax: int, plot) -> None:
     share = 100 / result.region_volume
     out.print(f"  preimage {pre.value * share:.2f}% of the region (±{(pre.high - pre.low) / 2 * share:.2f}), "
               f"approximation {approx.value * share:.2f}% (±{(approx.high - approx.low) / 2 * share:.2f})")
+    if result.check is not None:
+        check = result.check
+        low, high = check["ratio_interval"]
+        out.print(f"  checked on {check['samples']:,} fresh samples of the region: ratio {check['ratio']:.4f} "
+                  f"(exact interval {low:.4f}–{high:.4f}), no sample contradicts the approximation")
     if plot is not None:
         out.print(f"  plot written to {plot}")
 

@@ -6,6 +6,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -15,7 +16,7 @@ from assay.errors import OptionError, SpecError
 from assay.preimage.refinement import PreimageRefinement
 from assay.preimage.region import free_coordinates
 from assay.preimage.result import Piece, PreimageResult
-from assay.preimage.volume import stratified_sum
+from assay.preimage.volume import clopper_pearson, stratified_sum
 from assay.sets import HalfSpaces, OutputSpec
 from assay.verify.deadline import Deadline
 from assay.verify.search import SearchState, SearchStats, branch_and_bound
@@ -41,6 +42,7 @@ def approximate_preimage(
     confidence: float = 0.95,
     stop_on: str = "bound",
     max_pieces: int | None = None,
+    check_samples: int = 10_000,
     rng: np.random.Generator | int | None = None,
     progress: Callable[[dict], None] | None = None,
 ) -> PreimageResult:
@@ -70,6 +72,10 @@ def approximate_preimage(
             threshold (the lower bound for ``under``, the upper for ``over``); ``"estimate"``:
             once the estimated ratio does (PREMAP's rule).
         max_pieces: stop refining at this many pieces (None: no limit).
+        check_samples: fresh uniform samples of the whole region that test the final result
+            (a contained point outside the preimage, or a preimage point outside an
+            over-approximation, raises) and give an independent estimate of the ratio with an
+            exact (Clopper–Pearson) interval: ``result.check``. 0 skips it.
         rng: a ``numpy.random.Generator`` (or a seed) for every sample.
         progress: called after each round with ``{"ratio", "pieces", "seconds"}``.
 
@@ -99,6 +105,7 @@ def approximate_preimage(
     check_choice(stop_on, "stop_on", "approximate_preimage", ("bound", "estimate"))
     if max_pieces is not None:
         check_int(max_pieces, "max_pieces", "approximate_preimage", minimum=1)
+    check_int(check_samples, "check_samples", "approximate_preimage", minimum=0)
     started = time.monotonic()
     deadline = Deadline(started + time_limit)
     lower, upper = (input_set.lower, input_set.upper) if hasattr(input_set, "lower") else input_set
@@ -142,7 +149,7 @@ def approximate_preimage(
         status = "time_limit"
     else:
         status = "exhausted"
-    return PreimageResult(
+    result = PreimageResult(
         kind=kind, pieces=_pieces(pieces), region=region, C=C, d=d,
         preimage_volume=summary["preimage"], approximation_volume=summary["approximation"],
         ratio=summary["ratio"], ratio_interval=summary["ratio_interval"], threshold=threshold,
@@ -152,6 +159,35 @@ def approximate_preimage(
                "samples": strategy.counters.samples, "method": method, "samples_per_piece": samples,
                "branching": "input"},
     )
+    if check_samples:
+        result = replace(result, check=_independent_check(result, check_samples, torch_rng, confidence))
+    return result
+
+
+def _independent_check(result: PreimageResult, count: int, generator: torch.Generator, confidence: float) -> dict:
+    """Test the result on fresh uniform samples of the region; estimate its ratio from them alone."""
+    region = result.region
+    z = region.lower + torch.rand(count, region.dim, generator=generator, dtype=torch.float64) * (region.upper - region.lower)
+    y = region.network.forward(z)
+    inside = ((y @ result.C.T + result.d) >= 0).all(1).numpy()
+    contained = result.contains(region.to_input(z).numpy())
+    wrong = contained & ~inside if result.kind == "under" else inside & ~contained
+    if wrong.any():
+        point = region.to_input(z[np.nonzero(wrong)[0][:1]]).reshape(-1).tolist()
+        raise RuntimeError(f"soundness bug: the {result.kind}-approximation misclassifies the sampled input {point}; "
+                           "please report it")
+    k_pre, k_approx = int(inside.sum()), int(contained.sum())
+    # The smaller set is a subset of the larger: its share of the larger is a binomial proportion.
+    small, large = (k_approx, k_pre) if result.kind == "under" else (k_pre, k_approx)
+    if large == 0:
+        ratio, low, high = float("nan"), 0.0, float("inf")
+    else:
+        (p_low,), (p_high,) = clopper_pearson([small], [large], confidence)
+        p = small / large
+        ratio, low, high = (p, p_low, p_high) if result.kind == "under" else (
+            1 / p if p else float("inf"), 1 / p_high if p_high else float("inf"), 1 / p_low if p_low else float("inf"))
+    return {"samples": count, "in_preimage": k_pre, "in_approximation": k_approx, "ratio": ratio,
+            "ratio_interval": [float(low), float(high)], "confidence": confidence}
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -70,6 +70,9 @@ class PreimageResult:
         threshold: the ratio aimed at; ``status``: ``"reached"`` (by ``stop_on``),
             ``"time_limit"``, ``"interrupted"`` (Ctrl-C) or ``"exhausted"`` (nothing left to refine).
         history: ``(seconds, ratio, pieces)`` after each round.
+        check: the independent test on fresh samples of the whole region (see
+            ``check_samples`` of :func:`~assay.preimage.approximate_preimage`): counts, ratio and
+            its exact interval; None when skipped.
     """
 
     kind: str
@@ -88,6 +91,7 @@ class PreimageResult:
     seconds: float
     history: tuple[tuple[float, float, int], ...] = ()
     stats: dict = field(default_factory=dict)
+    check: dict | None = None
 
     @property
     def region_volume(self) -> float:
@@ -139,6 +143,7 @@ class PreimageResult:
             "approximation_volume": self.approximation_volume.to_json(),
             "iterations": self.iterations, "seconds": self.seconds, "pieces_count": len(self.pieces),
             "history": [{"seconds": s, "ratio": r, "pieces": n} for s, r, n in self.history],
+            "check": self.check,
             "stats": dict(self.stats),
         }
         if with_pieces:
