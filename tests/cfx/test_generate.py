@@ -59,3 +59,54 @@ def test_schedule_exhausted_is_reported_not_robust():
     result = robust_counterfactual(network, x, 5.0, max_margin=0.5)
     assert not result.robust and result.confidence == 0.0
     assert result.candidates == 3  # margins 0.01, 0.21, 0.41
+
+
+def _vertex_worst_on_grid(network, grid, vertices, delta, C):
+    """min over the vertex models of min_r C_r f'(p), for every grid point p (one hidden layer)."""
+    import torch
+
+    from tests.cfx.nets import parameters
+
+    (W1, b1), (W2, b2) = parameters(network)
+    s = torch.as_tensor(vertices) * delta
+    h_out, inputs = W1.shape
+    cut = [h_out * inputs, h_out, W2.size, W2.shape[0]]
+    parts = torch.split(s, cut, dim=1)
+    W1s = torch.as_tensor(W1) + parts[0].reshape(-1, h_out, inputs)
+    b1s = torch.as_tensor(b1) + parts[1]
+    W2s = torch.as_tensor(W2) + parts[2].reshape(-1, *W2.shape)
+    b2s = torch.as_tensor(b2) + parts[3]
+    points = torch.as_tensor(grid)
+    hidden = torch.relu(torch.einsum("vhi,pi->vph", W1s, points) + b1s[:, None, :])
+    out = torch.einsum("voh,vph->vpo", W2s, hidden) + b2s[:, None, :]
+    return (out.numpy() @ C.T).min(axis=(0, 2))
+
+
+@pytest.mark.parametrize("seed", [300, 303, 308, 315])  # 300: no robust counterfactual exists
+def test_nearest_robust_counterfactual_is_robust_and_nearest_on_a_grid(seed):
+    from assay.cfx import nearest_robust_counterfactual
+    from tests.cfx.nets import all_vertices
+
+    rng = np.random.default_rng(seed)
+    network = random_mlp((2, 3, 1), rng)
+    x = rng.uniform(0, 1, size=2)
+    target = 1 - int(network.forward(x[None])[0, 0] > 0)
+    delta = 0.05
+    direct = nearest_robust_counterfactual(network, x, delta, target=target)
+    g = np.linspace(0, 1, 26)
+    grid = np.stack(np.meshgrid(g, g), -1).reshape(-1, 2)
+    C = target_rows(network, target)
+    vertices = all_vertices(parameter_count(network))
+    worst = _vertex_worst_on_grid(network, grid, vertices, delta, C)
+    robust_points = grid[worst >= 1e-4]
+    if not direct.robust:
+        assert direct.counterfactual.status == "infeasible" and len(robust_points) == 0
+        return
+    cf = direct.x_cf
+    assert (shifted_outputs(network, cf, vertices, delta) @ C.T).min() > 0
+    assert direct.counterfactual.optimal and direct.candidates == 1
+    best_on_grid = np.abs(robust_points - x).sum(1).min() if len(robust_points) else np.inf
+    assert direct.counterfactual.distance <= best_on_grid + 1e-9
+    milp_r = robust_counterfactual(network, x, delta, target=target, margin_step=0.05)
+    if milp_r.robust:
+        assert direct.counterfactual.distance <= milp_r.counterfactual.distance + 1e-9

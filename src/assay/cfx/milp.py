@@ -159,17 +159,7 @@ def counterfactual(
     pre_bounds = _pre_activation_bounds(network, lower, upper, bounds_method)
 
     builder = MilpBuilder()
-    binary = np.array([features.is_binary(i) for i in range(features.size)])
-    xs = np.empty(features.size, dtype=int)
-    for i in range(features.size):
-        xs[i] = builder.add(1, lower[i], upper[i], integer=bool(binary[i]))[0]
-    for group in features.one_hot:
-        builder.row({int(xs[i]): 1.0 for i in group}, 1.0, 1.0)
-    for group in features.ordinal:
-        builder.row({int(xs[group[0]]): 1.0}, 1.0, 1.0)
-        for a, b in zip(group, group[1:]):
-            builder.row({int(xs[a]): 1.0, int(xs[b]): -1.0}, 0.0, np.inf)
-    _distance_objective(builder, xs, x, binary, distance)
+    xs, binary = input_variables(builder, features, x, lower, upper, distance)
 
     previous = xs
     for k, (W, b) in enumerate(affine[:-1]):
@@ -199,6 +189,23 @@ def _pre_activation_bounds(network, lower, upper, method):
     result = compute_bounds(network, Box(torch.as_tensor(lower), torch.as_tensor(upper)), method=method)
     return [(lo[0].numpy().astype(np.float64), hi[0].numpy().astype(np.float64))
             for lo, hi in zip(result.intermediate.lower, result.intermediate.upper)]
+
+
+def input_variables(builder: MilpBuilder, features: FeatureTypes, x, lower, upper, distance):
+    """The encoded input as MILP variables (bounds, binaries, one-hot and thermometer rows) and the
+    distance objective; returns the variables' indices and which are binary."""
+    binary = np.array([features.is_binary(i) for i in range(features.size)])
+    xs = np.empty(features.size, dtype=int)
+    for i in range(features.size):
+        xs[i] = builder.add(1, lower[i], upper[i], integer=bool(binary[i]))[0]
+    for group in features.one_hot:
+        builder.row({int(xs[i]): 1.0 for i in group}, 1.0, 1.0)
+    for group in features.ordinal:
+        builder.row({int(xs[group[0]]): 1.0}, 1.0, 1.0)
+        for a, b in zip(group, group[1:]):
+            builder.row({int(xs[a]): 1.0, int(xs[b]): -1.0}, 0.0, np.inf)
+    _distance_objective(builder, xs, x, binary, distance)
+    return xs, binary
 
 
 def _distance_objective(builder: MilpBuilder, xs, x, binary, distance):
