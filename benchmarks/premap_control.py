@@ -35,6 +35,7 @@ from _common import data_dir, machine, markdown_table, write_results  # noqa: E4
 
 from assay.nn import load  # noqa: E402
 from assay.preimage import approximate_preimage  # noqa: E402
+from assay.sets import all_of, argmax_is  # noqa: E402
 
 TASKS = {
     "auto_park": ("model_auto_park_auto_park_model_20.onnx", [-0.5, -0.5], [0.5, 0.5], [(0, 4, 0)], 0.90, 1.10),
@@ -55,15 +56,9 @@ PUBLISHED = {
 CHECK_SAMPLES = 100_000
 
 
-def spec_rows(num_outputs: int, heads) -> tuple[torch.Tensor, torch.Tensor]:
-    rows = []
-    for start, size, winner in heads:
-        for j in range(start, start + size):
-            if j != start + winner:
-                row = torch.zeros(num_outputs, dtype=torch.float64)
-                row[start + winner], row[j] = 1.0, -1.0
-                rows.append(row)
-    return torch.stack(rows), torch.zeros(len(rows), dtype=torch.float64)
+def spec_rows(num_outputs: int, heads):
+    """argmax = winner within each head (start, size, winner): one conjunction of rows."""
+    return all_of(*(argmax_is(start + winner, num_outputs, range(start, start + size)) for start, size, winner in heads))
 
 
 def violations(result, network, lower, upper, seed: int) -> int:

@@ -15,7 +15,7 @@ import torch
 from assay.errors import OptionError, SpecError
 from assay.nn import Conv2d, Flatten, Linear, Network, ReLU, load
 from assay.preimage import approximate_preimage
-from assay.sets import Box, any_of, argmax_is, patch_region, sunbeam_region
+from assay.sets import Box, all_of, any_of, argmax_is, patch_region, sunbeam_region
 from tests.preimage.exact import one_hidden_layer_preimage_area, polytope_area
 from tests.verify.networks import random_relu_network
 
@@ -112,15 +112,9 @@ def test_sunbeam_region_only_brightens():
     assert not result.contains(darker)
 
 
-def _argmax_rows(num_outputs: int, heads) -> tuple[torch.Tensor, torch.Tensor]:
-    rows = []
-    for start, size, winner in heads:
-        for j in range(start, start + size):
-            if j != start + winner:
-                row = torch.zeros(num_outputs, dtype=torch.float64)
-                row[start + winner], row[j] = 1.0, -1.0
-                rows.append(row)
-    return torch.stack(rows), torch.zeros(len(rows), dtype=torch.float64)
+def _heads(num_outputs: int, heads):
+    """argmax = winner within each head (start, size, winner): one conjunction."""
+    return all_of(*(argmax_is(start + winner, num_outputs, range(start, start + size)) for start, size, winner in heads))
 
 
 CONTROL = {
@@ -137,7 +131,7 @@ CONTROL = {
 def test_control_networks_sound(data_dir, task, kind):
     name, lower, upper, heads, under, over = CONTROL[task]
     network = load(data_dir / "premap" / name)
-    spec = _argmax_rows(network.output_size, heads)
+    spec = _heads(network.output_size, heads)
     box = (torch.tensor(lower, dtype=torch.float64), torch.tensor(upper, dtype=torch.float64))
     result = approximate_preimage(network, box, spec, kind=kind, threshold=under if kind == "under" else over,
                                   samples=1000, time_limit=30, rng=11)

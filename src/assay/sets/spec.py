@@ -162,8 +162,12 @@ def _specs(specs, owner: str) -> tuple[OutputSpec, ...]:
     return specs
 
 
-def argmax_is(k: int, num_outputs: int) -> OutputSpec:
+def argmax_is(k: int, num_outputs: int, among=None) -> OutputSpec:
     """The region where output k is a maximum: y_k − y_j ≥ 0 for every j ≠ k (one conjunction).
+
+    ``among``: only these outputs compete (k must be one of them), e.g. one head of a network
+    with several heads: ``all_of(argmax_is(0, 8, range(4)), argmax_is(4, 8, range(4, 8)))``.
+    Default: every output.
 
     Closed: ties count as "argmax is k". A sound "holds" for this region therefore allows ties;
     callers that need a strict winner check the margin themselves. With one output the region is
@@ -171,9 +175,12 @@ def argmax_is(k: int, num_outputs: int) -> OutputSpec:
     """
     num_outputs = _check_num_outputs(num_outputs)
     k = _check_output(k, num_outputs, "the class k")
-    others = [j for j in range(num_outputs) if j != k]
+    candidates = range(num_outputs) if among is None else [_check_output(j, num_outputs, "an output of `among`") for j in among]
+    if k not in candidates:
+        raise SpecError(f"the class k={k} must be one of the outputs it competes with (among={list(candidates)})")
+    others = [j for j in candidates if j != k]
     if not others:
-        return _conjunction(torch.zeros(1, 1), torch.zeros(1))
+        return _conjunction(torch.zeros(1, num_outputs), torch.zeros(1))
     C = torch.zeros(len(others), num_outputs, dtype=torch.float64)
     for row, j in enumerate(others):
         C[row, k], C[row, j] = 1.0, -1.0
