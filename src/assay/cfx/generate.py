@@ -107,8 +107,10 @@ def robust_counterfactual(
     rng = rng if rng is not None else np.random.default_rng()
     n = sample_size(R, alpha)
     margin, tested, candidate = float(initial_margin), 0, None
+    cache: dict = {}  # every candidate is solved over the same feature box: bound it once
     while margin <= max_margin + 1e-12:
-        candidate = counterfactual(network, x, distance, features, target, margin, time_limit=time_limit)
+        candidate = counterfactual(network, x, distance, features, target, margin, time_limit=time_limit,
+                                   bounds_cache=cache)
         if not candidate.found:
             break
         tested += 1

@@ -109,6 +109,7 @@ def counterfactual(
     time_limit: float | None = None,
     bounds_method: str = "crown",
     rng: np.random.Generator | None = None,
+    bounds_cache: dict | None = None,
 ) -> Counterfactual:
     """The nearest input classified as ``target`` (see the module docstring for the contract).
 
@@ -127,6 +128,8 @@ def counterfactual(
             with ``optimal=False``.
         bounds_method: how the big-M constants are bounded (``"crown"``, ``"ibp"``, ``"alpha"``).
         rng: random generator of the gradient method's restarts (default: seeded 0).
+        bounds_cache: a dict to keep the big-M pre-activation bounds in between calls on the same
+            network (keyed by the feature box and method): Algorithm 2 solves one box many times.
 
     Returns:
         a :class:`Counterfactual`; infeasible requests get ``status="infeasible"`` with a message
@@ -156,7 +159,13 @@ def counterfactual(
     lower, upper = features.lower.copy(), features.upper.copy()
     frozen = features.frozen_variables()
     lower[frozen] = upper[frozen] = x[frozen]
-    pre_bounds = _pre_activation_bounds(network, lower, upper, bounds_method)
+    key = (id(network), lower.tobytes(), upper.tobytes(), bounds_method)
+    if bounds_cache is not None and key in bounds_cache:
+        pre_bounds = bounds_cache[key]
+    else:
+        pre_bounds = _pre_activation_bounds(network, lower, upper, bounds_method)
+        if bounds_cache is not None:
+            bounds_cache[key] = pre_bounds
 
     builder = MilpBuilder()
     xs, binary = input_variables(builder, features, x, lower, upper, distance)
