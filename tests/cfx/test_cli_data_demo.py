@@ -37,6 +37,11 @@ def test_cfx_command_plain_robust_and_apas(invoke, loan):
     payload = json.loads(robust.stdout)["results"][0]
     assert payload["robust"]["robust"] and payload["robust"]["test"] == "exact"
     assert payload["counterfactual"]["x_cf"][0] == pytest.approx(0.7367, abs=1e-3)
+    direct = json.loads(invoke("cfx", model, "--input", x, "--robust", "--delta", "0.05", "--direct", "--json").stdout)
+    nearest = direct["results"][0]
+    assert nearest["robust"]["robust"] and nearest["robust"]["candidates"] == 1
+    assert nearest["counterfactual"]["distance"] < payload["counterfactual"]["distance"]  # nearer than MILP-R's
+    assert invoke("cfx", model, "--input", x, "--direct").exit_code == 2
     apas = invoke("cfx", model, "--input", x, "--apas", "--json")
     result = json.loads(apas.stdout)["results"][0]["apas"]
     assert result["samples"] == 1379 and result["delta"] >= 0

@@ -52,10 +52,11 @@ class Explanation:
 def explain(network, x, *, features: FeatureTypes | None = None, target: int | None = None, distance: str = "l1",
             margin: float = 0.0, robust: bool = False, delta: float | None = None, use_apas: bool = False,
             R: float = 0.995, alpha: float = 0.999, rng: np.random.Generator | None = None,
-            time_limit: float | None = None) -> Explanation:
+            time_limit: float | None = None, direct: bool = False) -> Explanation:
     """The counterfactual of ``x`` and the checks the options ask for.
 
-    * ``robust`` (needs ``delta``): Algorithm 2 with the exact test, or with APΔS when ``use_apas``.
+    * ``robust`` (needs ``delta``): Algorithm 2 with the exact test, or with APΔS when ``use_apas``;
+      with ``direct``, the nearest Δ-robust counterfactual by one MILP (one-hidden-layer networks).
     * otherwise the nearest counterfactual, then: with ``delta`` its exact Δ-robustness at δ, and
       with ``use_apas`` the largest δ with APΔS's (R, α) guarantee.
     """
@@ -64,6 +65,16 @@ def explain(network, x, *, features: FeatureTypes | None = None, target: int | N
     x = np.asarray(x, dtype=np.float64).reshape(-1)
     if target is None:
         target = default_target(network, x)
+    if robust and direct:
+        if use_apas:
+            raise OptionError("--direct finds a proven robust counterfactual; it does not combine with --apas")
+        from assay.cfx.robust_milp import nearest_robust_counterfactual
+
+        result = nearest_robust_counterfactual(network, x, delta, features=features, target=target, distance=distance,
+                                               margin=margin, time_limit=time_limit)
+        return Explanation(result.counterfactual, robust=result)
+    if direct:
+        raise OptionError("--direct works with --robust --delta D")
     if robust:
         result = robust_counterfactual(network, x, delta, test="apas" if use_apas else "exact", features=features,
                                        target=target, distance=distance, initial_margin=max(margin, 0.01), R=R,

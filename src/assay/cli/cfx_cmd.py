@@ -34,6 +34,7 @@ def cfx(
     margin: float = typer.Option(0.0, "--margin", help="Ask every target logit difference to be at least this large."),
     robust: bool = typer.Option(False, "--robust", help="Find a counterfactual that stays valid under weight changes up to --delta (Algorithm 2; exact test, or APΔS with --apas)."),
     delta: float = typer.Option(None, "--delta", help="Weight/bias change δ to survive (with --robust), or to check the plain counterfactual against."),
+    direct: bool = typer.Option(False, "--direct", help="With --robust: the nearest robust counterfactual by one MILP (networks with one hidden layer; exact, usually much faster)."),
     use_apas: bool = typer.Option(False, "--apas", help="Use APΔS: with --robust as the test; alone, report the largest δ with the (R, α) guarantee."),
     R: float = typer.Option(0.995, "--R", help="APΔS: fraction of shifted models that must keep the counterfactual valid."),
     alpha: float = typer.Option(0.999, "--alpha", help="APΔS: confidence of the guarantee."),
@@ -62,7 +63,7 @@ def cfx(
             for row, stream in zip(rows, streams):
                 results.append(explain(network, row, features=features, target=target, distance=distance, margin=margin,
                                        robust=robust, delta=delta, use_apas=use_apas, R=R, alpha=alpha,
-                                       rng=np.random.default_rng(stream), time_limit=time_limit))
+                                       rng=np.random.default_rng(stream), time_limit=time_limit, direct=direct))
                 advance()
         except KeyboardInterrupt:
             interrupted = True
