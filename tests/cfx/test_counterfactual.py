@@ -170,3 +170,26 @@ def test_feature_spec_json_roundtrip(tmp_path):
     with pytest.raises(SpecError, match="unknown keys"):
         FeatureTypes.from_json(path)
     assert MIXED.snap(np.array([0.3, 0.4, 0.2, 0.7, 0.1, 0.9, 0.6, 0.8]))[2:].tolist() == [0, 1, 0, 1, 1, 1]
+
+
+def test_time_limits_that_expire_never_overclaim():
+    from assay.cfx import delta_robust
+
+    rng = np.random.default_rng(77)
+    network = random_mlp((6, 12, 12, 1), rng, bias_scale=0.1)
+    x = rng.uniform(0, 1, size=6)
+    unlimited = counterfactual(network, x)
+    rushed = counterfactual(network, x, time_limit=1e-3)
+    assert rushed.status in ("found", "timeout")
+    if rushed.found:
+        assert predicted_class(network, rushed.x_cf)[0] == rushed.target
+        assert rushed.lower_bound <= unlimited.distance + 1e-6  # a bound, never above the optimum
+        if rushed.optimal:
+            assert rushed.distance == pytest.approx(unlimited.distance, abs=1e-6)
+        else:
+            assert rushed.distance >= unlimited.distance - 1e-6
+    if unlimited.found:
+        target = unlimited.target
+        exact = delta_robust(network, unlimited.x_cf, 0.01, target, method="milp")
+        quick = delta_robust(network, unlimited.x_cf, 0.01, target, method="milp", time_limit=1e-3)
+        assert quick.verdict in (exact.verdict, "unknown")
