@@ -37,7 +37,7 @@ def approximate_preimage(
     time_limit: float = 600.0,
     *,
     method: str = "alpha",
-    alpha_iterations: int = 10,
+    alpha_iterations: int = 5,
     batch_size: int = 8,
     confidence: float = 0.95,
     stop_on: str = "bound",

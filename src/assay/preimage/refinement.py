@@ -193,8 +193,11 @@ class PreimageRefinement:
         """Bound boxes (B, k) whose samples z (B, N, k) and memberships are given (``valid`` marks
         the real samples of each row, the rest is padding); tag them.
         ``parents``: pre-activation bounds valid on each box (its parent's), or None."""
-        A, b, row_lower, row_upper, intermediate = self._polytopes(lower, upper, self.method, z, inside & valid,
-                                                                   ~inside & valid, parents=parents)
+        # Children start from their parent's pre-activation bounds: forward linear bounds intersected
+        # with them are nearly as tight here as CROWN's and several times cheaper (few inputs).
+        A, b, row_lower, row_upper, intermediate = self._polytopes(
+            lower, upper, self.method, z, inside & valid, ~inside & valid, parents=parents,
+            intermediate_method="crown" if parents is None else "forward")
         B = lower.shape[0]
         # Sound shortcuts. g's bounds: under bounds g (rows as they are), over bounds −g.
         g_lower, g_upper = (row_lower, row_upper) if self.kind == "under" else (-row_upper, -row_lower)
