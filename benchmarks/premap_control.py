@@ -77,6 +77,8 @@ def main() -> int:
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--kinds", default="under,over")
     parser.add_argument("--rules", default="estimate,bound", help="stopping rules to run: estimate, bound")
+    parser.add_argument("--methods", default="alpha,crown", help="bound methods of the pieces: alpha (the default of "
+                        "approximate_preimage, PREMAP's), crown")
     parser.add_argument("--time-limit", type=float, default=600.0)
     parser.add_argument("--name", default="premap_control")
     args = parser.parse_args()
@@ -92,39 +94,39 @@ def main() -> int:
         spec = spec_rows(network.output_size, heads)
         lower, upper = np.array(lower, dtype=np.float64), np.array(upper, dtype=np.float64)
         for kind in args.kinds.split(","):
-            for rule in args.rules.split(","):
+            for rule, method in ((r, m) for r in args.rules.split(",") for m in args.methods.split(",")):
                 for seed in range(args.seeds):
                     started = time.perf_counter()
                     result = approximate_preimage(network, (torch.as_tensor(lower), torch.as_tensor(upper)), spec, kind=kind,
                                                   threshold=under if kind == "under" else over, time_limit=args.time_limit,
-                                                  stop_on=rule, rng=seed)
+                                                  stop_on=rule, method=method, rng=seed)
                     seconds = time.perf_counter() - started
                     wrong = violations(result, network, lower, upper, seed)
                     failures += wrong > 0
-                    runs.append({"task": task, "kind": kind, "rule": rule, "seed": seed, "status": result.status,
+                    runs.append({"task": task, "kind": kind, "rule": rule, "method": method, "seed": seed, "status": result.status,
                                  "ratio": result.ratio, "ratio_interval": list(result.ratio_interval),
                                  "iterations": result.iterations, "pieces": len(result.pieces), "seconds": seconds,
                                  "violations": wrong})
-                    print(f"{task:13s} {kind:5s} {rule:8s} seed {seed}: {result.status:10s} ratio {result.ratio:.4f} "
+                    print(f"{task:13s} {kind:5s} {rule:8s} {method:5s} seed {seed}: {result.status:10s} ratio {result.ratio:.4f} "
                           f"[{result.ratio_interval[0]:.4f}, {result.ratio_interval[1]:.4f}] {result.iterations:4d} rounds "
                           f"{seconds:8.2f} s  violations {wrong}", flush=True)
     rows = []
     for task in args.tasks.split(","):
         for kind in args.kinds.split(","):
             ratio_pub, seconds_pub = PUBLISHED[task][kind]
-            for rule in args.rules.split(","):
-                mine = [r for r in runs if (r["task"], r["kind"], r["rule"]) == (task, kind, rule)]
+            for rule, method in ((r, m) for r in args.rules.split(",") for m in args.methods.split(",")):
+                mine = [r for r in runs if (r["task"], r["kind"], r["rule"], r["method"]) == (task, kind, rule, method)]
                 times = [r["seconds"] for r in mine]
                 ratios = [r["ratio"] for r in mine]
                 reached = sum(r["status"] == "reached" for r in mine)
                 target = TASKS[task][4] if kind == "under" else TASKS[task][5]
-                rows.append([task, kind, f"{'≥' if kind == 'under' else '≤'} {target:.2f}", rule,
+                rows.append([task, kind, f"{'≥' if kind == 'under' else '≤'} {target:.2f}", rule, method,
                              f"{statistics.median(ratios):.3f} (mean {statistics.mean(ratios):.3f})",
                              f"{reached}/{len(mine)}", statistics.median([r["iterations"] for r in mine]),
                              f"{statistics.median(times):.2f} (mean {statistics.mean(times):.2f})",
                              f"{ratio_pub:.3f}", f"{seconds_pub:.2f}", f"{seconds_pub / statistics.median(times):.1f}×",
                              sum(r["violations"] for r in mine)])
-    header = ["task", "kind", "target", "stop rule", "ratio (median)", "reached", "rounds", "seconds (median)",
+    header = ["task", "kind", "target", "stop rule", "method", "ratio (median)", "reached", "rounds", "seconds (median)",
               "published ratio", "published s", "speed-up (published s / median s)", "sample violations"]
     table = (f"# PREMAP2 Table III: control tasks ({args.seeds} seeds, {args.time_limit:g} s limit)\n\n"
              + markdown_table(header, rows)
