@@ -334,3 +334,43 @@ def test_public_surface():
 
     assert assay.serve.__all__ == ["Client", "PostResult", "ServiceError", "post_stream", "MonitorHub", "MonitorSpec",
                                    "Service", "build", "serve", "StoreError", "open_store"]
+
+
+def test_the_violation_histogram_counts_by_time_bin(service):
+    built, client = service
+    X, Y = stream(9, 60)
+    client.post("/api/monitors/default/decisions", json={"X": X.tolist(), "Y": Y})
+    records = client.get("/api/monitors/default/violations", params={"limit": 1000}).json()["violations"]
+    start = records[0]["received"] - 0.5
+    counts = built.hub.store.violation_histogram("default", start, 0.25, 4)
+    assert counts.tolist() == [0, 0, len(records), 0]  # one commit: every record at start + 0.5
+    assert built.hub.store.violation_histogram("default", start + 1, 1.0, 3).tolist() == [0, 0, 0]
+
+
+def test_sqlite_sync_levels_and_bad_store_urls(tmp_path):
+    from assay.serve import open_store
+    from assay.serve.storage import SQLiteStore, StoreError
+
+    for level in ("FULL", "NORMAL"):
+        store = open_store(tmp_path / f"{level}.db", synchronous=level)
+        assert isinstance(store, SQLiteStore)
+        assert store._writer.execute("PRAGMA synchronous").fetchone()[0] == {"FULL": 2, "NORMAL": 1}[level]
+        assert store._writer.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        store.close()
+    with pytest.raises(OptionError, match="FULL' or 'NORMAL"):
+        open_store(tmp_path / "x.db", synchronous="OFF")
+    with pytest.raises(OptionError, match="neither sqlite"):
+        open_store("mysql://localhost/db")
+    with pytest.raises(StoreError, match="does not exist"):
+        open_store(tmp_path / "missing" / "x.db")
+
+
+def test_serve_refuses_to_start_when_the_store_holds_the_monitor_with_other_options(tmp_path):
+    from typer.testing import CliRunner
+
+    from assay.cli.main import app as cli
+
+    store = tmp_path / "kept.db"
+    build(f"sqlite:///{store}", default=MonitorSpec("default", 0.1)).close()
+    result = CliRunner().invoke(cli, ["serve", "--epsilon", "0.2", "--store", f"sqlite:///{store}"])
+    assert result.exit_code == 2 and "exists with other options" in result.output

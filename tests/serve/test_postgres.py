@@ -38,6 +38,9 @@ def test_postgres_store_keeps_decisions_and_witnesses_across_a_restart(postgres_
     assert strip(stored) == [w.to_json() for w in Monitor(EPSILON).observe_batch(X, Y) if w.flagged]
     reader = open_store(postgres_url)
     assert reader.decision_count("pg") == 120 and reader.snapshot("pg")[0] >= 100
+    start = min(r["received"] for r in stored) - 0.001
+    counts = reader.violation_histogram("pg", start, 3600.0, 2)  # integer division on PostgreSQL floors too
+    assert counts.tolist() == [len(stored), 0]
     reader.close()
 
 

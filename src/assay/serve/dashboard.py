@@ -84,13 +84,13 @@ def _number(value: float) -> str:
 def _plot(hub: MonitorHub, name: str, bins: int = 48) -> dict:
     """Bars of flagged decisions per time bin, from the first decision until now, as SVG geometry."""
     first = hub.store.first_received(name)
-    times = hub.store.violation_times(name)
     now = time.time()
     width, height = 720, 150
     if first is None:
         return {"bars": [], "width": width, "height": height, "empty": True, "labels": [], "peak": 0}
     span = max(now - first, 1.0)
-    counts, edges = np.histogram(times, bins=bins, range=(first, first + span))
+    counts = hub.store.violation_histogram(name, first, span / bins, bins)
+    edges = first + np.arange(bins + 1) * (span / bins)
     peak = int(counts.max()) if counts.size else 0
     scale = (height - 24) / max(peak, 1)
     step = width / bins

@@ -228,14 +228,19 @@ class Store:
                           f"ORDER BY decision {order} LIMIT ?", (*params, limit))
         return [json.loads(text) | {"received": float(received)} for text, received in rows]
 
-    def violation_times(self, name: str, since: float | None = None) -> np.ndarray:
-        """Receive times of ``name``'s flagged decisions (for the dashboard's plot)."""
-        if since is None:
-            rows = self._read("SELECT received FROM violations WHERE monitor = ? ORDER BY received", (name,))
-        else:
-            rows = self._read("SELECT received FROM violations WHERE monitor = ? AND received >= ? ORDER BY received",
-                              (name, since))
-        return np.asarray([row[0] for row in rows], dtype=np.float64)
+    def violation_histogram(self, name: str, start: float, width: float, bins: int) -> np.ndarray:
+        """Flagged decisions of ``name`` per time bin ``[start + k·width, start + (k+1)·width)``, k < ``bins``.
+
+        Counted by the database (one row per bin comes back, not one per violation); times are
+        taken in whole milliseconds, and integer division floors them into bins on both dialects.
+        """
+        width_ms = max(int(width * 1000), 1)
+        rows = self._read("SELECT CAST((received - ?) * 1000 AS BIGINT) / ? AS bin, COUNT(*) FROM violations "
+                          "WHERE monitor = ? AND received >= ? GROUP BY bin", (start, width_ms, name, start))
+        counts = np.zeros(bins, dtype=np.int64)
+        for position, count in rows:
+            counts[min(int(position), bins - 1)] += int(count)
+        return counts
 
     def first_received(self, name: str) -> float | None:
         rows = self._read("SELECT MIN(received) FROM decisions WHERE monitor = ?", (name,))
