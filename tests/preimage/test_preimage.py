@@ -246,3 +246,22 @@ def test_bad_input_is_a_clear_error():
         approximate_preimage(network, (torch.zeros(3), torch.ones(3)), argmax_is(0, 3), kind="inner")
     with pytest.raises(SpecError, match="single point"):
         approximate_preimage(network, Box(torch.zeros(3), torch.zeros(3)), argmax_is(0, 3))
+
+
+def test_ctrl_c_returns_the_approximation_reached_so_far():
+    import os
+    import signal
+
+    network = random_relu_network(31, widths=(4, 32, 32, 4))
+    rounds = []
+
+    def progress(state):
+        rounds.append(state["ratio"])
+        if len(rounds) == 3:
+            os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C would: the run stops after this round
+
+    result = approximate_preimage(network, (-torch.ones(4), torch.ones(4)), argmax_is(2, 4), kind="under",
+                                  threshold=0.9999, samples=300, time_limit=60, progress=progress, rng=19)
+    assert result.status == "interrupted" and len(rounds) == 3 and result.pieces
+    _attack(result, network, -np.ones(4), np.ones(4), np.random.default_rng(20))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
