@@ -80,9 +80,11 @@ def main() -> int:
     parser.add_argument("--methods", default="alpha,crown", help="bound methods of the pieces: alpha (the default of "
                         "approximate_preimage, PREMAP's), crown")
     parser.add_argument("--time-limit", type=float, default=600.0)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (small tensors: 1 is fastest on a "
+                        "shared machine)")
     parser.add_argument("--name", default="premap_control")
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     folder = data_dir() / "premap"
     runs, failures = [], 0
     # The first α-CROWN call of a process pays one-off start-up costs: keep them out of the table.

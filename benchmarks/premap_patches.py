@@ -58,9 +58,11 @@ def main() -> int:
     parser.add_argument("--time-limit", type=float, default=600.0)
     parser.add_argument("--method", default="alpha")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (small tensors: 1 is fastest on a "
+                        "shared machine)")
     parser.add_argument("--name", default="premap_patches")
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     runs, failures = [], 0
     trained = models()
     for model in args.models.split(","):
