@@ -374,3 +374,28 @@ def test_serve_refuses_to_start_when_the_store_holds_the_monitor_with_other_opti
     build(f"sqlite:///{store}", default=MonitorSpec("default", 0.1)).close()
     result = CliRunner().invoke(cli, ["serve", "--epsilon", "0.2", "--store", f"sqlite:///{store}"])
     assert result.exit_code == 2 and "exists with other options" in result.output
+
+
+class FailingSnapshot(FailingCommit):
+    """Commits work; snapshots fail."""
+
+    def commit(self, batches):
+        return self.store.commit(batches)
+
+    def save_snapshot(self, *args):
+        from assay.serve.storage import StoreError
+
+        raise StoreError("no room for the snapshot (simulated)")
+
+
+def test_a_failed_snapshot_does_not_turn_a_stored_post_into_an_error(service):
+    built, client = service  # snapshots every 7 decisions
+    real = built.hub.store
+    built.hub.store = FailingSnapshot(real)
+    X, Y = stream(10, 20)
+    answer = client.post("/api/monitors/default/decisions", json={"X": X.tolist(), "Y": Y})
+    built.hub.store = real
+    assert answer.status_code == 200 and real.decision_count("default") == 20
+    assert real.snapshot("default") is None
+    client.post("/api/monitors/default/decisions", json={"x": [0, 0, 0], "y": "a"})  # due again: taken now
+    assert real.snapshot("default")[0] == 21

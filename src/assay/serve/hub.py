@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import tempfile
 import threading
@@ -32,6 +33,8 @@ from assay.serve.payload import parse_decisions
 from assay.serve.storage import Store, StoredBatch, StoreError
 
 __all__ = ["MonitorSpec", "MonitorHub", "UnknownMonitorError", "MonitorExistsError", "DEFAULT_SNAPSHOT_EVERY"]
+
+_log = logging.getLogger("assay.serve")
 
 #: Decisions between two snapshots: a restart replays at most this many (≈ 1 s of replay).
 DEFAULT_SNAPSHOT_EVERY = 100_000
@@ -226,13 +229,8 @@ class MonitorHub:
                         if pixels is not None and rows.shape[0] and rows.shape[1] != pixels:
                             raise DataError(f"the inputs have {rows.shape[1]} features but the monitor's images "
                                             f"{tuple(entry.spec.image_shape)} have {pixels} pixels")
-                        if features is not None and entry.spec.features is None:
-                            spec = replace(entry.spec, features=features)
-                            if spec.image_shape is not None and len(features) != int(np.prod(spec.image_shape)):
-                                raise DataError(f"the records have {len(features)} features but the monitor's images have "
-                                                f"{int(np.prod(spec.image_shape))} pixels")
-                        else:
-                            spec = entry.spec
+                        learned = features is not None and entry.spec.features is None
+                        spec = replace(entry.spec, features=features) if learned else entry.spec
                         first_id = entry.monitor.stats.decisions
                         touched.setdefault(name, entry.spec)  # the options before this group, to rebuild with
                         found = entry.monitor.observe_batch(rows, outputs)  # checks everything before recording
@@ -267,17 +265,26 @@ class MonitorHub:
             return results
 
     def _snapshot(self, name: str, entry: _Entry) -> None:
-        with tempfile.TemporaryDirectory(prefix="assay-snapshot-") as folder:
-            path = entry.monitor.save(Path(folder) / "monitor.npz")
-            data = path.read_bytes()
-        self.store.save_snapshot(name, entry.monitor.stats.decisions, data)
+        """Keep a checkpoint of ``entry``'s monitor in the store; a failure is logged, not raised.
+
+        The decisions are committed already: a snapshot only shortens the next restart, so a
+        failed one must not turn an acknowledged post into an error (it is tried again later).
+        """
+        try:
+            with tempfile.TemporaryDirectory(prefix="assay-snapshot-") as folder:
+                path = entry.monitor.save(Path(folder) / "monitor.npz")
+                data = path.read_bytes()
+            self.store.save_snapshot(name, entry.monitor.stats.decisions, data)
+        except (AssayError, OSError) as exc:
+            _log.warning("could not snapshot monitor %r (the next restart replays more): %s", name, exc)
+            return
         entry.snapshot_at = entry.monitor.stats.decisions
 
     def snapshot_all(self) -> None:
         """Snapshot every monitor with decisions since its last snapshot (at shutdown)."""
         with self._lock:
             for name, entry in self._entries.items():
-                if entry.committed.decisions > entry.snapshot_at:
+                if entry.monitor is not None and entry.committed.decisions > entry.snapshot_at:
                     self._snapshot(name, entry)
 
     def _rebuild(self, spec: MonitorSpec) -> _Entry:
