@@ -127,9 +127,8 @@ def approximate_preimage(
         if progress is not None:
             progress({"ratio": summary["ratio"], "pieces": summary["pieces"], "seconds": history[-1][0]})
         reached[0] = _reached(kind, summary, threshold, stop_on)
-        best = max((float(chunk.tags["priority"].max()) for chunk in state.pending if len(chunk)), default=0.0)
         over_budget = max_pieces is not None and summary["pieces"] >= max_pieces
-        return reached[0] or interrupted.is_set() or best <= 0 or over_budget
+        return reached[0] or interrupted.is_set() or over_budget
 
     root = strategy.root(region.lower, region.upper)
     state = SearchState.start(root)

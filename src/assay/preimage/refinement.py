@@ -184,6 +184,7 @@ class PreimageRefinement:
     # ------------------------------------------------------------------ pieces
     def root(self, lower: torch.Tensor, upper: torch.Tensor) -> Branches:
         """The whole region as one bounded piece."""
+        self.region_volume = float(torch.prod(upper - lower))
         lower, upper = lower.unsqueeze(0), upper.unsqueeze(0)
         z = self._uniform(lower, upper, self.samples)
         return self._pieces(lower, upper, z, self._in_preimage(z), torch.ones(1, self.samples, dtype=torch.bool),
@@ -214,16 +215,18 @@ class PreimageRefinement:
         k_pre = inside.sum(1).to(torch.float64)
         k_poly = member.sum(1).to(torch.float64)
         gap = (k_pre - k_poly) if self.kind == "under" else (k_poly - k_pre)
-        # A piece not proved exact may hold more than its samples show (a preimage sliver no sample
-        # hit): half a sample of doubt keeps it in the queue behind pieces with a seen gap, never out.
-        gap = gap + 0.5 * ~(everywhere | nowhere)
+        # Best first: pieces whose samples show unapproximated volume, largest first; then pieces
+        # not proved exact whose samples show none (a preimage sliver no sample hit may hide there:
+        # they stay in the queue, never out), the largest first, all ranked behind the first kind.
+        unseen = -1.0 / (1.0 + volume / self.region_volume)  # in (−1, −0.5]
+        priority = torch.where(gap > 0, volume * gap / n.clamp(min=1), unseen)
         self.counters.pieces += B
         ids = torch.arange(self._next_id, self._next_id + B)
         self._next_id += B
         for i in range(B):
             self._samples[self._next_id - B + i] = (z[i][valid[i]], inside[i][valid[i]])
         tags = {"A": A, "b": b, "n": n, "k_pre": k_pre, "k_poly": k_poly, "exact": everywhere | nowhere,
-                "empty": nowhere, "inside": everywhere, "priority": volume * gap / n, "id": ids}
+                "empty": nowhere, "inside": everywhere, "priority": priority, "id": ids}
         return Branches(lower, upper, None, intermediate, weight, None, tags)
 
     def _polytopes(self, lower, upper, method, z=None, inside=None, outside=None, parents=None,
