@@ -110,3 +110,31 @@ def test_nearest_robust_counterfactual_is_robust_and_nearest_on_a_grid(seed):
     milp_r = robust_counterfactual(network, x, delta, target=target, margin_step=0.05)
     if milp_r.robust:
         assert direct.counterfactual.distance <= milp_r.counterfactual.distance + 1e-9
+
+
+def test_nearest_robust_counterfactual_multiclass_against_vertices():
+    from assay.cfx import nearest_robust_counterfactual
+    from tests.cfx.nets import all_vertices
+
+    found = 0
+    for seed in (400, 404, 406, 431):  # 400: no robust counterfactual of the next class
+        rng = np.random.default_rng(seed)
+        network = random_mlp((2, 2, 3), rng)  # 15 parameters: every vertex model
+        x = rng.uniform(0, 1, size=2)
+        source = int(network.forward(x[None])[0].argmax())
+        target = (source + 1) % 3
+        C = target_rows(network, target)
+        result = nearest_robust_counterfactual(network, x, 0.03, target=target)
+        g = np.linspace(0, 1, 17)
+        grid = np.stack(np.meshgrid(g, g), -1).reshape(-1, 2)
+        worst = _vertex_worst_on_grid(network, grid, all_vertices(parameter_count(network)), 0.03, C)
+        robust_points = grid[worst >= 1e-4]
+        if not result.robust:
+            assert result.counterfactual.status == "infeasible" and len(robust_points) == 0
+            continue
+        found += 1
+        cf_worst = _vertex_worst_on_grid(network, result.x_cf[None], all_vertices(parameter_count(network)), 0.03, C)
+        assert cf_worst[0] > 0
+        if len(robust_points):
+            assert result.counterfactual.distance <= np.abs(robust_points - x).sum(1).min() + 1e-9
+    assert found == 3
