@@ -143,3 +143,17 @@ def test_invalid_counterfactual_gets_delta_zero():
     network = logistic(W, B)
     result = apas(network, X, 0, rng=np.random.default_rng(0))
     assert result.delta == 0.0 and result.grid_points == 0
+
+
+def test_public_surface_and_default_target():
+    import assay.cfx as cfx
+
+    assert set(cfx.__all__) == {
+        "FeatureTypes", "Counterfactual", "counterfactual", "DeltaRobustness", "MaxDelta", "delta_robust",
+        "max_certified_delta", "shifted_network", "ApasResult", "ApasTest", "apas", "apas_test", "sample_size",
+        "RobustCounterfactual", "robust_counterfactual", "nearest_robust_counterfactual",
+    }
+    network = logistic(W, B)
+    same = [apas(network, X, R=0.9, alpha=0.9, rng=np.random.default_rng(s)).delta for s in range(3)]
+    explicit = [apas(network, X, 1, 0.9, 0.9, rng=np.random.default_rng(s)).delta for s in range(3)]
+    assert same == explicit and all(d > 0 for d in same)

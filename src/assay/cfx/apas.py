@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from assay.cfx._model import check_mlp, row_margins, target_rows
+from assay.cfx._model import check_mlp, predicted_class, row_margins, target_rows
 from assay.errors import DataError, OptionError
 
 __all__ = ["ApasResult", "ApasTest", "apas", "apas_test", "sample_size"]
@@ -133,6 +133,8 @@ def _setup(network, x_cf, target, R, alpha, samples):
     x = np.asarray(x_cf, dtype=np.float64).reshape(-1)
     if x.shape != (network.input_size,) or not np.isfinite(x).all():
         raise DataError(f"x_cf must be {network.input_size} finite values for {network.source}; got shape {x.shape}")
+    if target is None:
+        target = int(predicted_class(network, x)[0])
     C = target_rows(network, target)
     n = sample_size(R, alpha) if samples is None else int(samples)
     if n < 1:
@@ -143,7 +145,7 @@ def _setup(network, x_cf, target, R, alpha, samples):
 def apas(
     network,
     x_cf,
-    target: int,
+    target: int | None = None,
     R: float = 0.995,
     alpha: float = 0.999,
     *,
@@ -158,7 +160,7 @@ def apas(
     Args:
         network: a Linear/ReLU chain over flat inputs.
         x_cf: the counterfactual (encoded).
-        target: the class ``x_cf`` must keep.
+        target: the class ``x_cf`` must keep (default: the class the network gives it).
         R: the fraction of shifted models that must keep ``x_cf`` valid (paper: 0.995).
         alpha: the confidence (paper: 0.999).
         delta_max, steps: the grid (default 1.0 in 200 steps: precision 0.005).
@@ -190,7 +192,7 @@ def apas(
     return ApasResult(delta, failure, R, alpha, n, confidence, statement, step, evaluated, time.perf_counter() - started)
 
 
-def apas_test(network, x_cf, delta: float, target: int, R: float = 0.995, alpha: float = 0.999, *,
+def apas_test(network, x_cf, delta: float, target: int | None = None, R: float = 0.995, alpha: float = 0.999, *,
               rng: np.random.Generator | None = None, samples: int | None = None, margin: float = 0.0) -> ApasTest:
     """One APΔS test at a fixed δ: draw n models uniformly from the δ-box; pass iff all keep ``x_cf`` valid.
 
