@@ -193,3 +193,16 @@ def test_time_limits_that_expire_never_overclaim():
         exact = delta_robust(network, unlimited.x_cf, 0.01, target, method="milp")
         quick = delta_robust(network, unlimited.x_cf, 0.01, target, method="milp", time_limit=1e-3)
         assert quick.verdict in (exact.verdict, "unknown")
+
+
+def test_solver_notices_on_the_c_level_stdout_are_muted(capfd):
+    import os
+
+    from assay.cfx._model import _solver_output_muted
+
+    print("before", flush=True)
+    with _solver_output_muted():
+        os.write(1, b"HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();\n")
+    print("after", flush=True)
+    out = capfd.readouterr().out
+    assert "before" in out and "after" in out and "Highs" not in out

@@ -14,6 +14,9 @@ objective, the solver's proven bound and the status. scipy is imported on the fi
 
 from __future__ import annotations
 
+import os
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,6 +89,27 @@ class MilpSolution:
     message: str
 
 
+@contextmanager
+def _solver_output_muted():
+    """Send file descriptor 1 to /dev/null while HiGHS runs: it prints some internal notices
+    (e.g. ``HighsMipSolverData::transformNewIntegerFeasibleSolution``) straight to the C-level
+    stdout even with ``disp=False``, which would corrupt ``assay cfx --json``."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+
+
 class MilpBuilder:
     """Variables and sparse linear rows of a minimisation MILP, solved by HiGHS."""
 
@@ -139,8 +163,9 @@ class MilpBuilder:
         options = {"mip_rel_gap": gap, "disp": False}
         if time_limit is not None:
             options["time_limit"] = max(float(time_limit), 1e-3)
-        result = milp(c, integrality=np.array(self.integer), bounds=Bounds(np.array(self.lower), np.array(self.upper)),
-                      constraints=constraints, options=options)
+        with _solver_output_muted():
+            result = milp(c, integrality=np.array(self.integer), bounds=Bounds(np.array(self.lower), np.array(self.upper)),
+                          constraints=constraints, options=options)
         bound = getattr(result, "mip_dual_bound", None)
         if result.status == 0:
             status = "optimal"
