@@ -16,7 +16,7 @@ from assay.errors import OptionError, SpecError
 from assay.preimage.refinement import PreimageRefinement
 from assay.preimage.region import free_coordinates
 from assay.preimage.result import Piece, PreimageResult
-from assay.preimage.volume import clopper_pearson, stratified_sum
+from assay.preimage.volume import Estimate, clopper_pearson, stratified_sum
 from assay.sets import HalfSpaces, OutputSpec
 from assay.verify.deadline import Deadline
 from assay.verify.search import SearchState, SearchStats, branch_and_bound
@@ -42,6 +42,9 @@ def approximate_preimage(
     confidence: float = 0.95,
     stop_on: str = "bound",
     max_pieces: int | None = None,
+    branching: str = "auto",
+    heuristic_weights: dict | None = None,
+    pool: int | None = None,
     check_samples: int = 10_000,
     rng: np.random.Generator | int | None = None,
     progress: Callable[[dict], None] | None = None,
@@ -72,6 +75,14 @@ def approximate_preimage(
             threshold (the lower bound for ``under``, the upper for ``over``); ``"estimate"``:
             once the estimated ratio does (PREMAP's rule).
         max_pieces: stop refining at this many pieces (None: no limit).
+        branching: ``"input"`` (split the free input coordinates; pieces are boxes), ``"relu"``
+            (split ReLUs' activation states; see :mod:`assay.preimage.relu_refinement`) or
+            ``"auto"`` (default): input splitting for at most 8 free inputs, else ReLU splitting.
+        heuristic_weights: ReLU splitting's neuron scores by name (``stable``, ``sensitivity``,
+            ``gap``, ``balance``; defaults in
+            :data:`assay.preimage.relu_refinement.DEFAULT_HEURISTIC_WEIGHTS`).
+        pool: ReLU splitting: uniform samples of the region shared by all pieces (default
+            10 × ``samples``).
         check_samples: fresh uniform samples of the whole region that test the final result
             (a contained point outside the preimage, or a preimage point outside an
             over-approximation, raises) and give an independent estimate of the ratio with an
@@ -106,6 +117,13 @@ def approximate_preimage(
     if max_pieces is not None:
         check_int(max_pieces, "max_pieces", "approximate_preimage", minimum=1)
     check_int(check_samples, "check_samples", "approximate_preimage", minimum=0)
+    check_choice(branching, "branching", "approximate_preimage", ("auto", "input", "relu"))
+    if heuristic_weights is not None:
+        from assay.preimage.relu_refinement import DEFAULT_HEURISTIC_WEIGHTS
+
+        unknown = sorted(set(heuristic_weights) - set(DEFAULT_HEURISTIC_WEIGHTS))
+        if unknown:
+            raise OptionError(f"heuristic_weights has unknown names {unknown}; use {sorted(DEFAULT_HEURISTIC_WEIGHTS)}")
     started = time.monotonic()
     deadline = Deadline(started + time_limit)
     lower, upper = (input_set.lower, input_set.upper) if hasattr(input_set, "lower") else input_set
@@ -113,16 +131,28 @@ def approximate_preimage(
     C, d = _rows(spec, network.output_size)
     generator = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
     torch_rng = torch.Generator().manual_seed(int(generator.integers(2**62)))
-    strategy = PreimageRefinement(region.network, C, d, kind, samples=samples, method=method,
-                                  alpha_iterations=alpha_iterations, rng=torch_rng,
-                                  min_width=1e-7 * float((region.upper - region.lower).max()))
+    if branching == "auto":
+        branching = "input" if region.dim <= 8 else "relu"
+    if branching == "relu" and not region.network.relu_indices:
+        branching = "input"  # an affine network: nothing to split but the inputs
+    if branching == "input":
+        strategy = PreimageRefinement(region.network, C, d, kind, samples=samples, method=method,
+                                      alpha_iterations=alpha_iterations, rng=torch_rng,
+                                      min_width=1e-7 * float((region.upper - region.lower).max()))
+    else:
+        from assay.preimage.relu_refinement import ReluPreimageRefinement
+
+        strategy = ReluPreimageRefinement(region.network, C, d, kind, lower=region.lower, upper=region.upper,
+                                          pool=pool or 10 * samples, method=method, alpha_iterations=alpha_iterations,
+                                          rng=torch_rng, heuristic_weights=heuristic_weights)
+    pool_summary = None if branching == "input" else (strategy.measure_size, strategy.region_volume)
     history: list[tuple[float, float, int]] = []
     interrupted = threading.Event()
     reached = [False]
 
     def stop(state: SearchState) -> bool:
         pieces = _chunks(state)
-        summary = _summary(kind, pieces, confidence)
+        summary = _summary(kind, pieces, confidence, pool_summary)
         history.append((time.monotonic() - started, summary["ratio"], summary["pieces"]))
         if progress is not None:
             progress({"ratio": summary["ratio"], "pieces": summary["pieces"], "seconds": history[-1][0]})
@@ -130,7 +160,7 @@ def approximate_preimage(
         over_budget = max_pieces is not None and summary["pieces"] >= max_pieces
         return reached[0] or interrupted.is_set() or over_budget
 
-    root = strategy.root(region.lower, region.upper)
+    root = strategy.root(region.lower, region.upper) if branching == "input" else strategy.root()
     state = SearchState.start(root)
     outcome_state = state
     if not stop(state):
@@ -139,7 +169,7 @@ def approximate_preimage(
                                        keep_closed=True, priority="priority", stop=stop)
         outcome_state = outcome.state
     pieces = _chunks(outcome_state)
-    summary = _summary(kind, pieces, confidence)
+    summary = _summary(kind, pieces, confidence, pool_summary)
     if reached[0] or _reached(kind, summary, threshold, stop_on):
         status = "reached"
     elif interrupted.is_set():
@@ -156,7 +186,7 @@ def approximate_preimage(
         seconds=time.monotonic() - started, history=tuple(history),
         stats={"pieces_bounded": strategy.counters.pieces, "bound_calls": strategy.counters.bound_calls,
                "samples": strategy.counters.samples, "method": method, "samples_per_piece": samples,
-               "branching": "input"},
+               "branching": branching},
     )
     if check_samples:
         result = replace(result, check=_independent_check(result, check_samples, torch_rng, confidence))
@@ -215,14 +245,17 @@ def _chunks(state: SearchState):
     return [chunk for chunk in (*state.closed, *state.pending, *state.unresolved) if len(chunk)]
 
 
-def _summary(kind: str, chunks, confidence: float) -> dict:
+def _summary(kind: str, chunks, confidence: float, pool: tuple[int, float] | None = None) -> dict:
+    """Volumes and ratio of the pieces in ``chunks``. ``pool`` = (pool size, region volume) when
+    the pieces' samples partition one uniform pool (ReLU splitting): the totals are then plain
+    binomial counts with exact intervals; otherwise a stratified estimate over the pieces' boxes."""
+    if pool is not None and chunks:
+        return _pool_summary(kind, chunks, confidence, *pool)
     if not chunks:
         empty = stratified_sum([], [], [], [], confidence)
         return {"preimage": empty, "approximation": empty, "ratio": 1.0, "ratio_interval": (1.0, 1.0), "pieces": 0}
     tags = {name: torch.cat([c.tags[name] for c in chunks]).numpy() for name in ("n", "k_pre", "k_poly", "exact", "empty")}
-    lower = torch.cat([c.lower for c in chunks])
-    upper = torch.cat([c.upper for c in chunks])
-    volume = torch.prod(upper - lower, 1).numpy()
+    volume = torch.cat([c.tags["volume"] for c in chunks]).numpy()
     keep = ~tags["empty"]
     # Each volume's interval at (1 + confidence)/2, so that both hold together at `confidence`.
     level = (1 + confidence) / 2
@@ -247,6 +280,28 @@ def _summary(kind: str, chunks, confidence: float) -> dict:
             "pieces": int(keep.sum())}
 
 
+def _pool_summary(kind: str, chunks, confidence: float, size: int, region_volume: float) -> dict:
+    tags = {name: torch.cat([c.tags[name] for c in chunks]) for name in ("k_pre", "k_poly", "exact", "empty")}
+    k_pre, k_poly = int(tags["k_pre"].sum()), int(tags["k_poly"].sum())
+    (pre_low, poly_low), (pre_high, poly_high) = clopper_pearson([k_pre, k_poly], [size, size], confidence)
+    pre = Estimate(region_volume * k_pre / size, region_volume * pre_low, region_volume * pre_high, confidence)
+    approx = Estimate(region_volume * k_poly / size, region_volume * poly_low, region_volume * poly_high, confidence)
+    small, large = (k_poly, k_pre) if kind == "under" else (k_pre, k_poly)
+    if large > 0:
+        (low,), (high,) = clopper_pearson([small], [large], confidence)
+        ratio = small / large
+        if kind == "over":  # the preimage's share of the approximation, inverted
+            ratio, low, high = (1 / ratio if ratio else float("inf")), (1 / high if high else float("inf")), \
+                (1 / low if low else float("inf"))
+    elif bool(tags["exact"].all()):
+        ratio, low, high = 1.0, 1.0, 1.0
+    else:
+        ratio = 0.0 if kind == "under" else float("inf")
+        low, high = 0.0, float("inf")
+    return {"preimage": pre, "approximation": approx, "ratio": float(ratio), "ratio_interval": (float(low), float(high)),
+            "pieces": int((~tags["empty"]).sum())}
+
+
 def _reached(kind: str, summary: dict, threshold: float, stop_on: str) -> bool:
     low, high = summary["ratio_interval"]
     if kind == "under":
@@ -259,8 +314,12 @@ def _pieces(chunks) -> tuple[Piece, ...]:
     for chunk in chunks:
         t = chunk.tags
         for i in torch.nonzero(~t["empty"]).flatten().tolist():
+            splits = () if chunk.splits is None else tuple(
+                (layer, int(neuron), int(s.reshape(s.shape[0], -1)[i, neuron]))
+                for layer, s in enumerate(chunk.splits) for neuron in torch.nonzero(s.reshape(s.shape[0], -1)[i]).flatten())
             pieces.append(Piece(chunk.lower[i], chunk.upper[i], t["A"][i], t["b"][i], int(t["n"][i]),
-                                int(t["k_pre"][i]), int(t["k_poly"][i]), bool(t["exact"][i])))
+                                int(t["k_pre"][i]), int(t["k_poly"][i]), bool(t["exact"][i]), splits,
+                                float(t["volume"][i])))
     return tuple(pieces)
 
 

@@ -33,7 +33,7 @@ from assay.bounds import AlphaCrownOptions, compute_bounds
 from assay.nn import Network
 from assay.verify.search import BoundedBranches, Branches, LeafDecision
 
-__all__ = ["PreimageRefinement", "satisfies", "EPS"]
+__all__ = ["PreimageRefinement", "satisfies", "volume_objective", "stack_samples", "EPS"]
 
 EPS = 2.0 ** -52
 # Pieces whose widest side is below this share of the region's widest side are not split further.
@@ -51,6 +51,21 @@ def satisfies(A: torch.Tensor, b: torch.Tensor, z: torch.Tensor, inward: bool) -
     value = torch.einsum("bmk,bnk->bnm", A, z) + b.unsqueeze(1)
     slack = (A.shape[-1] + 2) * EPS * (torch.einsum("bmk,bnk->bnm", A.abs(), z.abs()) + b.abs().unsqueeze(1))
     return (value >= slack).all(-1) if inward else (value >= -slack).all(-1)
+
+
+def volume_objective(kind: str, z: torch.Tensor, target: torch.Tensor):
+    """α/β-CROWN's objective (PREMAP): the smoothed share of the ``target`` samples (B, N) of z
+    (B, N, k) that the polytope classifies right (under: preimage samples covered; over:
+    others excluded). Maps (LinearBounds, lower) to (B,)."""
+
+    def objective(linear, lower):
+        value = torch.einsum("bmk,bnk->bnm", linear.lower_A.reshape(z.shape[0], -1, z.shape[-1]), z) \
+            + linear.lower_b.unsqueeze(1)
+        margin = value.min(-1).values if kind == "under" else value.max(-1).values  # (B, N)
+        scale = margin.detach().abs().mean(1, keepdim=True).clamp(min=1e-12)
+        return (torch.sigmoid(margin / scale) * target).sum(1) / target.sum(1).clamp(min=1)
+
+    return objective
 
 
 @dataclass
@@ -120,7 +135,7 @@ class PreimageRefinement:
         parents = bounded.branches.select(open_)
         lower, upper = parents.lower, parents.upper
         P, k = lower.shape
-        z, inside, valid = _stack([self._samples.pop(piece) for piece in parents.tags["id"].tolist()])  # (P, N, k)
+        z, inside, guide, valid = stack_samples([self._samples.pop(piece) for piece in parents.tags["id"].tolist()])
         middle = (lower + upper) / 2
         width = upper - lower
         # Candidate cuts: every coordinate for up to `max_candidates` of them, else those that move
@@ -149,7 +164,7 @@ class PreimageRefinement:
                                z.unsqueeze(1).expand(P, c, *z.shape[1:]).reshape(P * c, *z.shape[1:]),
                                inward=self.kind == "under").reshape(P, c, -1)
             covered |= member & (on_right == bool(side))
-        covered &= valid.unsqueeze(1)
+        covered &= (valid & guide).unsqueeze(1)  # decided on the guide samples only (see _pieces)
         if self.kind == "under":
             score = (covered & inside.unsqueeze(1)).sum(-1).to(torch.float64)
         else:
@@ -168,17 +183,18 @@ class PreimageRefinement:
         for child in range(2 * P):
             mine = valid[child // 2] & (right[child // 2] == bool(child % 2))
             reuse = z[child // 2, mine]
-            halves.append((reuse, inside[child // 2, mine]))
+            halves.append((reuse, inside[child // 2, mine], guide[child // 2, mine]))
             need = max(0, self.samples // 2 - reuse.shape[0])
             fresh.append(self._uniform(child_lower[child].unsqueeze(0), child_upper[child].unsqueeze(0), need)[0])
         drawn = torch.cat(fresh)
         drawn_inside = self._in_preimage(drawn.unsqueeze(0))[0] if drawn.shape[0] else drawn.new_zeros(0, dtype=torch.bool)
         children, start = [], 0
-        for (reuse, reuse_inside), extra in zip(halves, fresh):
+        for (reuse, reuse_inside, reuse_guide), extra in zip(halves, fresh):
             end = start + extra.shape[0]
-            children.append((torch.cat([reuse, extra]), torch.cat([reuse_inside, drawn_inside[start:end]])))
+            children.append((torch.cat([reuse, extra]), torch.cat([reuse_inside, drawn_inside[start:end]]),
+                             torch.cat([reuse_guide, _alternate(extra.shape[0])])))
             start = end
-        return self._pieces(child_lower, child_upper, *_stack(children), parents.weight.repeat_interleave(2) / 2,
+        return self._pieces(child_lower, child_upper, *stack_samples(children), parents.weight.repeat_interleave(2) / 2,
                             _repeat(parents.parents, 2))
 
     # ------------------------------------------------------------------ pieces
@@ -187,17 +203,22 @@ class PreimageRefinement:
         self.region_volume = float(torch.prod(upper - lower))
         lower, upper = lower.unsqueeze(0), upper.unsqueeze(0)
         z = self._uniform(lower, upper, self.samples)
-        return self._pieces(lower, upper, z, self._in_preimage(z), torch.ones(1, self.samples, dtype=torch.bool),
-                            torch.ones(1, dtype=torch.float64))
+        return self._pieces(lower, upper, z, self._in_preimage(z), _alternate(self.samples).unsqueeze(0),
+                            torch.ones(1, self.samples, dtype=torch.bool), torch.ones(1, dtype=torch.float64))
 
-    def _pieces(self, lower, upper, z, inside, valid, weight, parents=None) -> Branches:
+    def _pieces(self, lower, upper, z, inside, guide, valid, weight, parents=None) -> Branches:
         """Bound boxes (B, k) whose samples z (B, N, k) and memberships are given (``valid`` marks
         the real samples of each row, the rest is padding); tag them.
+
+        Half the samples (``guide``) steer the refinement (α-CROWN's volume objective, the choice
+        of cuts); the other half only measure it (the volume counts and the stop rule), so that
+        the estimates are not fitted to the points the polytopes were optimised on. Every sample
+        tests soundness.
         ``parents``: pre-activation bounds valid on each box (its parent's), or None."""
         # Children start from their parent's pre-activation bounds: forward linear bounds intersected
         # with them are nearly as tight here as CROWN's and several times cheaper (few inputs).
         A, b, row_lower, row_upper, intermediate = self._polytopes(
-            lower, upper, self.method, z, inside & valid, ~inside & valid, parents=parents,
+            lower, upper, self.method, z, inside & valid & guide, ~inside & valid & guide, parents=parents,
             intermediate_method="crown" if parents is None else "forward")
         B = lower.shape[0]
         # Sound shortcuts. g's bounds: under bounds g (rows as they are), over bounds −g.
@@ -209,24 +230,32 @@ class PreimageRefinement:
         b = torch.where(nowhere.view(B, 1), torch.full_like(b, -1.0), b)  # an empty polytope: 0 ≥ 1
         member = satisfies(A, b, z, inward=self.kind == "under") & valid
         inside = inside & valid
-        self._check(member, inside, z)
+        measure = valid & ~guide
+        # A piece proved to hold no preimage point must hold no preimage sample either.
+        wrong_empty = nowhere.unsqueeze(1) & inside
+        self._check(member, inside, z, wrong_empty)
         volume = torch.prod(upper - lower, 1)
-        n = valid.sum(1).to(torch.float64)
-        k_pre = inside.sum(1).to(torch.float64)
-        k_poly = member.sum(1).to(torch.float64)
-        gap = (k_pre - k_poly) if self.kind == "under" else (k_poly - k_pre)
+        n = measure.sum(1).to(torch.float64)
+        k_pre = (inside & measure).sum(1).to(torch.float64)
+        k_poly = (member & measure).sum(1).to(torch.float64)
+        # The queue is ordered by the guide samples' gap: what the measure samples show must not
+        # steer the refinement (chasing them would fit the estimates to them).
+        steer = valid & guide
+        seen_pre, seen_poly = (inside & steer).sum(1).to(torch.float64), (member & steer).sum(1).to(torch.float64)
+        gap = (seen_pre - seen_poly) if self.kind == "under" else (seen_poly - seen_pre)
+        n_steer = steer.sum(1).to(torch.float64)
         # Best first: pieces whose samples show unapproximated volume, largest first; then pieces
         # not proved exact whose samples show none (a preimage sliver no sample hit may hide there:
         # they stay in the queue, never out), the largest first, all ranked behind the first kind.
         unseen = -1.0 / (1.0 + volume / self.region_volume)  # in (−1, −0.5]
-        priority = torch.where(gap > 0, volume * gap / n.clamp(min=1), unseen)
+        priority = torch.where(gap > 0, volume * gap / n_steer.clamp(min=1), unseen)
         self.counters.pieces += B
         ids = torch.arange(self._next_id, self._next_id + B)
         self._next_id += B
         for i in range(B):
-            self._samples[self._next_id - B + i] = (z[i][valid[i]], inside[i][valid[i]])
+            self._samples[self._next_id - B + i] = (z[i][valid[i]], inside[i][valid[i]], guide[i][valid[i]])
         tags = {"A": A, "b": b, "n": n, "k_pre": k_pre, "k_poly": k_poly, "exact": everywhere | nowhere,
-                "empty": nowhere, "inside": everywhere, "priority": priority, "id": ids}
+                "empty": nowhere, "inside": everywhere, "priority": priority, "id": ids, "volume": volume}
         return Branches(lower, upper, None, intermediate, weight, None, tags)
 
     def _polytopes(self, lower, upper, method, z=None, inside=None, outside=None, parents=None,
@@ -239,7 +268,7 @@ class PreimageRefinement:
         options = None
         if method == "alpha":
             options = self.alpha_options
-            objective = self._volume_objective(z, inside if self.kind == "under" else outside)
+            objective = volume_objective(self.kind, z, inside if self.kind == "under" else outside)
         result = compute_bounds(self.network, (lower, upper), (C, d), method, dtype="float64", sides="both",
                                 return_linear=True, options=options, objective=objective, intermediate=parents,
                                 intermediate_method=intermediate_method)
@@ -249,21 +278,6 @@ class PreimageRefinement:
         if self.kind == "over":  # −g ≥ ℓ(z)  ⇒  g ≤ −ℓ(z): the polytope is −ℓ(z) ≥ 0
             A, b = -A, -b
         return A, b, result.lower, result.upper, result.intermediate
-
-    def _volume_objective(self, z, target):
-        """α-CROWN's objective (PREMAP): the smoothed share of the ``target`` samples (B, N) that the
-        polytope classifies right (under: preimage samples covered; over: others excluded)."""
-        kind = self.kind
-
-        def objective(linear, lower):
-            value = torch.einsum("bmk,bnk->bnm", linear.lower_A.reshape(z.shape[0], -1, z.shape[-1]), z) \
-                + linear.lower_b.unsqueeze(1)
-            margin = value.min(-1).values if kind == "under" else value.max(-1).values  # (B, N)
-            scale = margin.detach().abs().mean(1, keepdim=True).clamp(min=1e-12)
-            share = torch.sigmoid(margin / scale)
-            return (share * target).sum(1) / target.sum(1).clamp(min=1)
-
-        return objective
 
     # ------------------------------------------------------------------ sampling
     def _uniform(self, lower, upper, count) -> torch.Tensor:
@@ -277,9 +291,9 @@ class PreimageRefinement:
         self.counters.samples += B * N
         return ((y @ self.C.T + self.d) >= 0).all(1).reshape(B, N)
 
-    def _check(self, member, inside, z) -> None:
+    def _check(self, member, inside, z, also_wrong) -> None:
         """Every sample is a test of the approximation's soundness: refuse to go on after a failed one."""
-        wrong = member & ~inside if self.kind == "under" else inside & ~member
+        wrong = (member & ~inside if self.kind == "under" else inside & ~member) | also_wrong
         if wrong.any():
             index = tuple(int(i) for i in torch.nonzero(wrong)[0])
             point = z[index[0], index[1]].tolist()
@@ -294,16 +308,21 @@ def _repeat(bounds, times: int):
     return bounds.select(torch.arange(bounds.batch_size).repeat_interleave(times))
 
 
-def _stack(pairs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Samples of several pieces (lists of (z (n_i, k), inside (n_i,))) as padded (B, N, k) and
-    (B, N) tensors and the (B, N) mask of the real ones (padding repeats a real point or is 0)."""
-    longest = max(1, max(z.shape[0] for z, _ in pairs))
-    k = pairs[0][0].shape[1]
-    z = torch.zeros(len(pairs), longest, k, dtype=torch.float64)
-    inside = torch.zeros(len(pairs), longest, dtype=torch.bool)
-    valid = torch.zeros(len(pairs), longest, dtype=torch.bool)
-    for i, (points, members) in enumerate(pairs):
-        z[i, : points.shape[0]] = points
-        inside[i, : points.shape[0]] = members
-        valid[i, : points.shape[0]] = True
-    return z, inside, valid
+def stack_samples(triples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Samples of several pieces (each ``(z (n_i, k), inside (n_i,), guide (n_i,))``) as padded
+    (B, N, k), (B, N), (B, N) tensors plus the (B, N) mask of the real ones (padding is 0)."""
+    longest = max(1, max(t[0].shape[0] for t in triples))
+    k = triples[0][0].shape[1]
+    z = torch.zeros(len(triples), longest, k, dtype=torch.float64)
+    inside = torch.zeros(len(triples), longest, dtype=torch.bool)
+    guide = torch.zeros(len(triples), longest, dtype=torch.bool)
+    valid = torch.zeros(len(triples), longest, dtype=torch.bool)
+    for i, (points, members, guides) in enumerate(triples):
+        count = points.shape[0]
+        z[i, :count], inside[i, :count], guide[i, :count], valid[i, :count] = points, members, guides, True
+    return z, inside, guide, valid
+
+
+def _alternate(count: int) -> torch.Tensor:
+    """Roles of ``count`` fresh samples: guide, measure, guide, … (independent halves: the samples are i.i.d.)."""
+    return torch.arange(count) % 2 == 0

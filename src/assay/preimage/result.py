@@ -19,12 +19,14 @@ _BLOCK = 1 << 22
 
 @dataclass(frozen=True, eq=False)
 class Piece:
-    """One polytope of the approximation: ``{z ∈ [lower, upper] : A z + b ≥ 0}`` in free coordinates.
+    """One piece of the approximation: ``{z ∈ [lower, upper] : splits hold, A z + b ≥ 0}`` in free coordinates.
 
-    ``splits`` is the piece's ReLU split history (empty for input splitting); ``samples`` uniform
-    samples of its box gave ``in_preimage`` points of the true preimage and ``in_polytope`` of
-    the polytope; ``exact``: the polytope equals the piece's preimage (proved by sound bounds:
-    the whole box maps into the output region).
+    ``splits`` is the piece's ReLU split history, ``(ReLU layer, flat neuron, +1 for z ≥ 0 / −1
+    for z ≤ 0)`` (empty for input splitting: the piece is a polytope); ``volume`` the volume of the
+    piece's domain (its box's, or estimated from the sample pool under ReLU splitting);
+    ``samples`` uniform samples of it gave ``in_preimage`` points of the true preimage and
+    ``in_polytope`` of the approximation; ``exact``: the approximation equals the piece's
+    preimage (proved by sound bounds: the whole domain maps into the output region).
     """
 
     lower: torch.Tensor
@@ -36,10 +38,11 @@ class Piece:
     in_polytope: int
     exact: bool
     splits: tuple[tuple[int, int, int], ...] = ()
+    volume: float | None = None
 
-    @property
-    def volume(self) -> float:
-        return float(torch.prod(self.upper - self.lower))
+    def __post_init__(self):
+        if self.volume is None:  # a box piece: its volume is its box's
+            object.__setattr__(self, "volume", float(torch.prod(self.upper - self.lower)))
 
     def fractions(self, confidence: float) -> dict:
         """The piece's preimage and polytope volumes with exact Clopper–Pearson intervals."""
@@ -92,6 +95,7 @@ class PreimageResult:
     history: tuple[tuple[float, float, int], ...] = ()
     stats: dict = field(default_factory=dict)
     check: dict | None = None
+    _split_signs: tuple | None = field(default=None, init=False, repr=False)
 
     @property
     def region_volume(self) -> float:
@@ -113,9 +117,12 @@ class PreimageResult:
             A = torch.stack([p.A for p in self.pieces])
             b = torch.stack([p.b for p in self.pieces])
             step = max(1, _BLOCK // (len(self.pieces) * z.shape[1]))
+            has_splits = any(p.splits for p in self.pieces)
             for start in range(0, z.shape[0], step):
                 block = z[start:start + step]
                 in_box = ((block.unsqueeze(1) >= lower) & (block.unsqueeze(1) <= upper)).all(-1)  # (n, J)
+                if has_splits:
+                    in_box &= self._on_splits(block)
                 point, piece = torch.nonzero(in_box, as_tuple=True)
                 if point.numel():
                     ok = satisfies(A[piece], b[piece], block[point].unsqueeze(1), inward=self.kind == "under")[:, 0]
@@ -124,6 +131,26 @@ class PreimageResult:
                     found[start:start + step] = hit
         answer = (found & on_region).numpy()
         return answer[0] if single else answer
+
+    def _on_splits(self, z: torch.Tensor) -> torch.Tensor:
+        """(n, J) bool: whether each point satisfies each piece's ReLU splits (pieces without splits: True).
+
+        One matrix product per block: a piece is violated where it demands z ≥ 0 of a neuron whose
+        pre-activation is negative, or z ≤ 0 of one whose pre-activation is positive."""
+        from assay.preimage.relu_refinement import pre_activations
+
+        if self._split_signs is None:
+            sizes = [int(np.prod(self.region.network.shapes[i])) for i in self.region.network.relu_indices]
+            offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int)
+            signs = torch.zeros(len(self.pieces), int(sum(sizes)))
+            for j, piece in enumerate(self.pieces):
+                for layer, neuron, sign in piece.splits:
+                    signs[j, offsets[layer] + neuron] = sign
+            object.__setattr__(self, "_split_signs", ((signs > 0).float(), (signs < 0).float()))
+        active, inactive = self._split_signs
+        pre = torch.cat(pre_activations(self.region.network, z), 1)
+        violated = (pre < 0).float() @ active.T + (pre > 0).float() @ inactive.T
+        return violated == 0
 
     def to_json(self, with_pieces: bool = True) -> dict:
         """Everything needed to check membership without assay (see the README's preimage section).
