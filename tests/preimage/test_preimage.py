@@ -271,3 +271,64 @@ def test_ctrl_c_returns_the_approximation_reached_so_far():
     assert result.status == "interrupted" and len(rounds) == 3 and result.pieces
     _attack(result, network, -np.ones(4), np.ones(4), np.random.default_rng(20))
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
+
+
+def _digits_patch(size: int = 3):
+    from assay.demo import _train
+
+    network, x_test, y_test, _, _ = _train((32, 32), 0)
+    image = x_test[4].reshape(1, 8, 8)
+    label = int(network.forward(x_test[4]).argmax())
+    region = patch_region(image, 2, 3, size, size)
+    return network, image, label, (region.lower.reshape(-1), region.upper.reshape(-1))
+
+
+@pytest.mark.parametrize("kind", ["under", "over"])
+def test_relu_splitting_sound_on_a_digit_patch(kind):
+    network, image, label, region = _digits_patch()
+    result = approximate_preimage(network, region, argmax_is(label, 10), kind=kind, branching="relu", samples=1000,
+                                  threshold=0.85 if kind == "under" else 1.15, time_limit=15, rng=21)
+    assert result.stats["branching"] == "relu" and any(p.splits for p in result.pieces)
+    inside, contained = _attack(result, network, region[0].numpy(), region[1].numpy(), np.random.default_rng(22))
+    _volume_agrees(result, contained)
+    low, high = result.check["ratio_interval"]
+    assert low <= result.ratio_interval[1] and result.ratio_interval[0] <= high
+
+
+def test_relu_split_pieces_are_checkable_from_the_json():
+    """Membership from the JSON and a plain forward pass (numpy, the layers' weights): box, the
+    split signs of the pre-activations, and A x + b ≥ margin."""
+    network, image, label, region = _digits_patch()
+    result = approximate_preimage(network, region, argmax_is(label, 10), kind="under", branching="relu", samples=500,
+                                  time_limit=10, rng=23)
+    payload = json.loads(json.dumps(result.to_json()))
+    rng = np.random.default_rng(24)
+    free = np.array(payload["free_inputs"])
+    x = np.repeat(image.reshape(1, -1).numpy(), 5000, 0)
+    x[:, free] = rng.random((5000, free.size))
+    pre, h = [], x
+    for layer in network.layers:  # Linear, ReLU, Linear, ReLU, Linear
+        if hasattr(layer, "weight"):
+            h = h @ layer.weight.numpy().T + layer.bias.numpy()
+        else:
+            pre.append(h)
+            h = np.maximum(h, 0)
+    mine = np.zeros(len(x), dtype=bool)
+    for piece in payload["pieces"]:
+        ok = ((x >= np.array(piece["box"]["lower"])) & (x <= np.array(piece["box"]["upper"]))).all(1)
+        for layer, neuron, sign in piece["splits"]:
+            ok &= (pre[layer][:, neuron] >= 0) if sign > 0 else (pre[layer][:, neuron] <= 0)
+        A, b = np.array(piece["A"]), np.array(piece["b"])
+        ok &= (x @ A.T + b >= 1e-12 * (np.abs(x) @ np.abs(A).T + np.abs(b))).all(1)
+        mine |= ok
+    assert (mine == result.contains(x)).mean() > 0.999 and mine.any()
+    assert not (mine & (h.argmax(1) != label)).any()
+
+
+def test_branching_choice_and_heuristic_weights():
+    network, image, label, region = _digits_patch(2)
+    assert approximate_preimage(network, region, argmax_is(label, 10), time_limit=2, rng=0).stats["branching"] == "input"
+    with pytest.raises(OptionError, match="heuristic_weights"):
+        approximate_preimage(network, region, argmax_is(label, 10), branching="relu", heuristic_weights={"extra": 1.0})
+    with pytest.raises(OptionError, match="branching"):
+        approximate_preimage(network, region, argmax_is(label, 10), branching="neurons")

@@ -49,6 +49,9 @@ class Piece:
         if self.exact:
             return {"preimage": Estimate(self.volume, self.volume, self.volume, 1.0),
                     "approximation": Estimate(self.volume, self.volume, self.volume, 1.0)}
+        if self.samples == 0:  # no sample measured this piece: nothing is known beyond its volume
+            unknown = Estimate(0.0, 0.0, self.volume, confidence)
+            return {"preimage": unknown, "approximation": unknown}
         counts = np.array([self.in_preimage, self.in_polytope])
         low, high = clopper_pearson(counts, np.array([self.samples] * 2), confidence)
         v = self.volume
