@@ -227,9 +227,9 @@ def _print_preimage(out, data: dict) -> None:
 DEMO_SECTIONS: tuple[DemoSection, ...] = (
     DemoSection("verify", "assay.cli.demo_cmd:_run_verify", _print_verify),
     DemoSection("online", "assay.verify.online.demo:demo_section", _print_online),
-    DemoSection("monitor", "assay.monitor.demo:demo_section", _print_monitor),
-    DemoSection("knn", "assay.fairness.demo:demo_section", _print_knn),
     DemoSection("preimage", "assay.preimage.demo:demo_section", _print_preimage),
-    DemoSection("serve", "assay.serve.demo:demo_section", print_serve_section),
     DemoSection("cfx", "assay.cfx.demo:demo_section", print_cfx_section),
+    DemoSection("monitor", "assay.monitor.demo:demo_section", _print_monitor),
+    DemoSection("serve", "assay.serve.demo:demo_section", print_serve_section),
+    DemoSection("knn", "assay.fairness.demo:demo_section", _print_knn),
 )
