@@ -44,6 +44,8 @@ def preimage(
     samples: int = typer.Option(2000, "--samples", help="Uniform samples per piece for the volume estimates."),
     method: str = typer.Option("alpha", "--method", help="Bounds of each piece: alpha (α-CROWN maximising the "
                                "covered volume, as in PREMAP) or crown (faster, looser)."),
+    branching: str = typer.Option("auto", "--branching", help="What refinement splits: input (the free inputs: "
+                                  "boxes), relu (ReLU activation states) or auto (input up to 8 free inputs, else relu)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the samples."),
     input_shape: str = typer.Option(None, "--input-shape", help="Input shape without batch, e.g. 1,8,8, when the "
                                     "model file leaves dimensions open."),
@@ -59,6 +61,8 @@ def preimage(
     kind = "under" if under else "over"
     if method not in ("alpha", "crown"):
         raise OptionError(f"--method must be alpha or crown; got {method!r}")
+    if branching not in ("auto", "input", "relu"):
+        raise OptionError(f"--branching must be auto, input or relu; got {branching!r}")
     if (box is None) == (image is None):
         raise OptionError("give the input region with exactly one of --box or --image (with --patch or --grid)")
     if image is not None and (patch is None) == (grid is None):
@@ -74,7 +78,8 @@ def preimage(
             raise OptionError("--argmax K is needed with --box (the output class whose preimage is approximated)")
         argmax = int(network.forward(pixels.reshape(network.input_shape)).reshape(-1).argmax())
     if grid is not None:
-        _grid(network, pixels, grid, stride, argmax, threshold, time_limit, samples, method, seed, plot, json_output)
+        _grid(network, pixels, grid, stride, argmax, threshold, time_limit, samples, method, branching, seed, plot,
+              json_output)
         return
 
     from assay.preimage import approximate_preimage
@@ -95,7 +100,7 @@ def preimage(
             found = patch_region(shaped, y, x, h, w)
         region = (found.lower.reshape(network.input_shape), found.upper.reshape(network.input_shape))
     result = _run(approximate_preimage, network, region, argmax_is(argmax, network.output_size), kind, threshold,
-                  time_limit, samples, method, seed, json_output)
+                  time_limit, samples, method, branching, seed, json_output)
     if plot is not None:
         from assay.preimage.plot import plot_result
 
@@ -110,8 +115,9 @@ def preimage(
         raise typer.Exit(EXIT_UNDECIDED)
 
 
-def _run(approximate, network, region, spec, kind, threshold, time_limit, samples, method, seed, json_output):
-    options = dict(kind=kind, threshold=threshold, time_limit=time_limit, samples=samples, method=method, rng=seed)
+def _run(approximate, network, region, spec, kind, threshold, time_limit, samples, method, branching, seed, json_output):
+    options = dict(kind=kind, threshold=threshold, time_limit=time_limit, samples=samples, method=method,
+                   branching=branching, rng=seed)
     if not show_progress(json_output):
         return approximate(network, region, spec, **options)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -150,11 +156,12 @@ def _print(result, argmax: int, plot) -> None:
         out.print(f"  plot written to {plot}")
 
 
-def _grid(network, pixels, size, stride, label, threshold, time_limit, samples, method, seed, plot, json_output):
+def _grid(network, pixels, size, stride, label, threshold, time_limit, samples, method, branching, seed, plot,
+          json_output):
     from assay.preimage.grid import patch_grid
 
     options = dict(label=label, stride=stride, threshold=0.9 if threshold is None else threshold,
-                   time_limit=time_limit, samples=samples, method=method, rng=seed)
+                   time_limit=time_limit, samples=samples, method=method, branching=branching, rng=seed)
     if show_progress(json_output):
         from rich.progress import Progress
 

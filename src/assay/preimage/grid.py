@@ -43,7 +43,7 @@ class PatchGrid:
 
 
 def patch_grid(network, image, size: int, *, label: int | None = None, stride: int = 1, threshold: float = 0.9,
-               time_limit: float = 10.0, samples: int = 500, method: str = "crown", rng=0,
+               time_limit: float = 10.0, samples: int = 500, method: str = "crown", branching: str = "auto", rng=0,
                progress: Callable[[int, int], None] | None = None) -> PatchGrid:
     """Under-approximate, for every ``size``×``size`` patch position, the colourings that keep ``label``.
 
@@ -52,7 +52,7 @@ def patch_grid(network, image, size: int, *, label: int | None = None, stride: i
         image: (C, H, W) or (H, W) pixels in [0, 1].
         label: the class to keep (default: the network's prediction on ``image``).
         stride: the step between patch positions.
-        threshold, time_limit, samples, method, rng: per position, as in
+        threshold, time_limit, samples, method, branching, rng: per position, as in
             :func:`~assay.preimage.approximate_preimage` (kind ``"under"``).
         progress: called with (positions done, positions) after each position.
     """
@@ -75,7 +75,8 @@ def patch_grid(network, image, size: int, *, label: int | None = None, stride: i
     for done, (top, left, region) in enumerate(positions, start=1):
         lower, upper = region.lower.reshape(network.input_shape), region.upper.reshape(network.input_shape)
         result = approximate_preimage(network, (lower, upper), spec, kind="under", threshold=threshold,
-                                      time_limit=time_limit, samples=samples, method=method, rng=generator)
+                                      time_limit=time_limit, samples=samples, method=method, branching=branching,
+                                      rng=generator)
         r, c = tops.index(top), lefts.index(left)
         covered[r, c] = result.approximation_volume.value / result.region_volume
         ratio[r, c] = result.ratio
