@@ -33,7 +33,7 @@ from assay.bounds import AlphaCrownOptions, compute_bounds
 from assay.nn import Network
 from assay.verify.search import BoundedBranches, Branches, LeafDecision
 
-__all__ = ["PreimageRefinement", "satisfies", "volume_objective", "stack_samples", "EPS"]
+__all__ = ["PreimageRefinement", "satisfies", "volume_objective", "stack_samples", "check_samples", "EPS"]
 
 EPS = 2.0 ** -52
 # Pieces whose widest side is below this share of the region's widest side are not split further.
@@ -233,7 +233,7 @@ class PreimageRefinement:
         measure = valid & ~guide
         # A piece proved to hold no preimage point must hold no preimage sample either.
         wrong_empty = nowhere.unsqueeze(1) & inside
-        self._check(member, inside, z, wrong_empty)
+        check_samples(self.kind, member, inside, z, wrong_empty)
         volume = torch.prod(upper - lower, 1)
         n = measure.sum(1).to(torch.float64)
         k_pre = (inside & measure).sum(1).to(torch.float64)
@@ -291,14 +291,6 @@ class PreimageRefinement:
         self.counters.samples += B * N
         return ((y @ self.C.T + self.d) >= 0).all(1).reshape(B, N)
 
-    def _check(self, member, inside, z, also_wrong) -> None:
-        """Every sample is a test of the approximation's soundness: refuse to go on after a failed one."""
-        wrong = (member & ~inside if self.kind == "under" else inside & ~member) | also_wrong
-        if wrong.any():
-            index = tuple(int(i) for i in torch.nonzero(wrong)[0])
-            point = z[index[0], index[1]].tolist()
-            raise RuntimeError(f"soundness bug: the {self.kind}-approximation of a piece misclassifies the "
-                               f"sampled point {point}; please report it")
 
 
 def _repeat(bounds, times: int):
@@ -306,6 +298,19 @@ def _repeat(bounds, times: int):
     if bounds is None:
         return None
     return bounds.select(torch.arange(bounds.batch_size).repeat_interleave(times))
+
+
+def check_samples(kind: str, member, inside, z, also_wrong) -> None:
+    """Every sample is a test of the approximation's soundness: refuse to go on after a failed one.
+
+    ``member``/``inside`` (B, N): in the piece's approximation / in the preimage; ``also_wrong``
+    marks samples wrong for another reason (a preimage point in a piece proved empty)."""
+    wrong = (member & ~inside if kind == "under" else inside & ~member) | also_wrong
+    if wrong.any():
+        index = tuple(int(i) for i in torch.nonzero(wrong)[0])
+        point = z[index[0], index[1]].tolist()
+        raise RuntimeError(f"soundness bug: the {kind}-approximation of a piece misclassifies the sampled point "
+                           f"{point}; please report it")
 
 
 def stack_samples(triples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -28,7 +28,7 @@ import torch
 
 from assay.bounds import AlphaCrownOptions, BetaCrownOptions, compute_bounds, gradient_bounds
 from assay.nn import Network, ReLU
-from assay.preimage.refinement import RefinementCounters, satisfies, stack_samples, volume_objective
+from assay.preimage.refinement import RefinementCounters, check_samples, satisfies, stack_samples, volume_objective
 from assay.verify.search import BoundedBranches, Branches, LeafDecision
 
 __all__ = ["ReluPreimageRefinement", "DEFAULT_HEURISTIC_WEIGHTS", "pre_activations"]
@@ -155,11 +155,7 @@ class ReluPreimageRefinement:
         inside = inside & valid
         # A piece proved to hold no preimage point must hold no preimage sample either.
         wrong_empty = nowhere.unsqueeze(1) & inside
-        wrong = (member & ~inside if self.kind == "under" else inside & ~member) | wrong_empty
-        if wrong.any():
-            point = z[tuple(torch.nonzero(wrong)[0])].tolist()
-            raise RuntimeError(f"soundness bug: the {self.kind}-approximation of a ReLU-split piece misclassifies the "
-                               f"sampled point {point}; please report it")
+        check_samples(self.kind, member, inside, z, wrong_empty)
         measure = valid & ~guide
         n = measure.sum(1).to(torch.float64)
         volume = self.region_volume * n / self.measure_size
