@@ -54,6 +54,14 @@ def write_results(name: str, payload: dict, table: str) -> tuple[Path, Path]:
     return json_path, md_path
 
 
+def add_run_options(parser, name: str, time_limit: float) -> None:
+    """The options every preimage benchmark shares: --time-limit, --threads, --name."""
+    parser.add_argument("--time-limit", type=float, default=time_limit)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (small tensors: 1 is fastest on a "
+                        "shared machine)")
+    parser.add_argument("--name", default=name, help="results file name in benchmarks/results/")
+
+
 def markdown_table(header: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:

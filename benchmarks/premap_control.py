@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import data_dir, machine, markdown_table, write_results  # noqa: E402
+from _common import add_run_options, data_dir, machine, markdown_table, write_results  # noqa: E402
 
 from assay.nn import load  # noqa: E402
 from assay.preimage import approximate_preimage  # noqa: E402
@@ -79,10 +79,7 @@ def main() -> int:
     parser.add_argument("--rules", default="estimate,bound", help="stopping rules to run: estimate, bound")
     parser.add_argument("--methods", default="alpha,crown", help="bound methods of the pieces: alpha (the default of "
                         "approximate_preimage, PREMAP's), crown")
-    parser.add_argument("--time-limit", type=float, default=600.0)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (small tensors: 1 is fastest on a "
-                        "shared machine)")
-    parser.add_argument("--name", default="premap_control")
+    add_run_options(parser, "premap_control", 600.0)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     folder = data_dir() / "premap"

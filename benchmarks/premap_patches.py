@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, markdown_table, write_results  # noqa: E402
+from _common import add_run_options, machine, markdown_table, write_results  # noqa: E402
 
 from assay.preimage import approximate_preimage  # noqa: E402
 from assay.sets import argmax_is, patch_region  # noqa: E402
@@ -55,12 +55,9 @@ def main() -> int:
     parser.add_argument("--instances", type=int, default=5, help="instances per model and patch size")
     parser.add_argument("--sizes", default="2,3,4")
     parser.add_argument("--models", default="fc,cnn")
-    parser.add_argument("--time-limit", type=float, default=600.0)
     parser.add_argument("--method", default="alpha")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (small tensors: 1 is fastest on a "
-                        "shared machine)")
-    parser.add_argument("--name", default="premap_patches")
+    add_run_options(parser, "premap_patches", 600.0)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     runs, failures = [], 0

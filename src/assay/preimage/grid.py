@@ -9,6 +9,7 @@ shows what the network looks at.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -56,8 +57,6 @@ def patch_grid(network, image, size: int, *, label: int | None = None, stride: i
             :func:`~assay.preimage.approximate_preimage` (kind ``"under"``).
         progress: called with (positions done, positions) after each position.
     """
-    import time
-
     started = time.monotonic()
     image = torch.as_tensor(np.asarray(image, dtype=np.float64))
     shaped = image if image.dim() == 3 else image.unsqueeze(0)

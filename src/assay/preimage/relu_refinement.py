@@ -175,7 +175,7 @@ class ReluPreimageRefinement:
         tags = {"A": A, "b": b, "n": n, "k_pre": k_pre, "k_poly": k_poly, "exact": everywhere | nowhere,
                 "empty": nowhere, "inside": everywhere, "volume": volume,
                 "priority": torch.where(gap > 0, volume * gap / n_steer.clamp(min=1), unseen), "id": ids}
-        weight = torch.full((B,), 1.0, dtype=torch.float64)
+        weight = n / self.measure_size  # the piece's share of the region (the leaves' shares sum to 1)
         return Branches(lower, upper, tuple(s.to(torch.int8) for s in splits), result.intermediate, weight, None, tags)
 
     def _splittable(self, branches: Branches) -> torch.Tensor:
