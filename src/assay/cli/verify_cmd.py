@@ -26,13 +26,12 @@ from assay.cli._common import (
     show_progress,
 )
 from assay.errors import OptionError
+from assay.verify.competition import SMALL_NETWORK_PARAMETERS
 from assay.verify.options import INPUT_SPLIT_METHODS, VerifyOptions
 
 __all__ = ["verify"]
 
 DEFAULT_TIMEOUT = VerifyOptions().timeout
-# Below this many parameters a network's tensors are too small for torch's threads to pay off.
-SMALL_NETWORK_PARAMETERS = 100_000
 _METHODS = INPUT_SPLIT_METHODS
 _EXIT_FOR_STATUS = {"holds": 0, "violated": EXIT_VIOLATED, "unknown": EXIT_UNDECIDED, "timeout": EXIT_UNDECIDED}
 
@@ -56,6 +55,9 @@ def verify(
     threads: int = typer.Option(None, "--threads", help="torch threads for one instance (default: 1 for networks "
                                 f"under {SMALL_NETWORK_PARAMETERS:,} parameters, whose small tensors gain nothing "
                                 "from threads and lose much when the cores are shared; torch's default otherwise)."),
+    result_file: Path = typer.Option(None, "--result-file", help="Also write the verdict as a VNN-COMP result file "
+                                     "(sat with the counterexample, unsat, timeout, unknown or error; see "
+                                     "vnncomp/run_instance.sh). A model or property that cannot be run writes error."),
 ) -> None:
     """Decide whether MODEL satisfies PROPERTY, or run every instance of an --instances CSV.
 
@@ -79,6 +81,8 @@ def verify(
             raise OptionError(f"--workers must be ≥ 1; got {workers}")
         if threads is not None:
             raise OptionError("--threads is for one instance; with --instances every worker runs one torch thread")
+        if result_file is not None:
+            raise OptionError("--result-file is for one instance; with --instances use --out")
         code = _run_instances(instances, timeout, method, json_output, workers, scheduler, out)
     else:
         if model is None or property_file is None:
@@ -88,8 +92,11 @@ def verify(
                 raise OptionError(f"{flag} is only used with --instances")
         if threads is not None and threads < 1:
             raise OptionError(f"--threads must be ≥ 1; got {threads}")
-        code = _run_one(model, property_file, timeout if timeout is not None else DEFAULT_TIMEOUT, method, json_output,
-                        threads, started)
+        timeout = timeout if timeout is not None else DEFAULT_TIMEOUT
+        if result_file is not None:
+            code = _run_competition(model, property_file, timeout, method, json_output, threads, started, result_file)
+        else:
+            code = _run_one(model, property_file, timeout, method, json_output, threads, started)
     if code:
         raise typer.Exit(code)
 
@@ -150,6 +157,49 @@ def _verify_and_report(network, prop, model, property_file, timeout, method, jso
             out.print("the search ended without a verdict (regions too small to split further, or a numerically "
                       "borderline linear region)")
     return _EXIT_FOR_STATUS[status]
+
+
+def _run_competition(model, property_file, timeout, method, json_output, threads, started, result_file) -> int:
+    """Verify the way VNN-COMP counts it and write its result file (assay.verify.competition)."""
+    from assay.verify.competition import run_instance, write_result_file
+
+    if show_progress(json_output):
+        with _bar() as (bar, task):
+            result = run_instance(model, property_file, timeout, started=started, method=method, threads=threads,
+                                  progress=lambda fraction, pending: bar.update(task, completed=fraction, pending=pending))
+    else:
+        result = run_instance(model, property_file, timeout, started=started, method=method, threads=threads)
+    write_result_file(result_file, result)
+    if json_output:
+        payload = {"network": str(model), "property": str(property_file), "method": method,
+                   "result_file": str(result_file)} | result.to_json()
+        typer.echo(json.dumps(payload, indent=2))
+    else:
+        console().print(f"{result.word}  ({result.status.value}, {result.seconds:.2f} s) written to {result_file}")
+    if result.word == "error":
+        typer.echo(f"error: {result.reason}", err=True)
+        return EXIT_ERROR
+    if result.reason is not None and not json_output:
+        console().print(result.reason)
+    return _EXIT_FOR_STATUS[result.status.value]
+
+
+def _bar():
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+    class _Bar:
+        def __enter__(self):
+            self.progress = Progress(TextColumn("verifying"), BarColumn(), TaskProgressColumn(),
+                                     TextColumn("{task.fields[pending]} branches"), TimeElapsedColumn(),
+                                     console=Console(stderr=True), transient=True)
+            self.progress.__enter__()
+            return self.progress, self.progress.add_task("verify", total=1.0, pending=0)
+
+        def __exit__(self, *exc):
+            return self.progress.__exit__(*exc)
+
+    return _Bar()
 
 
 def _numbers(tensor) -> str:
