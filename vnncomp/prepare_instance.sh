@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# VNN-COMP tool interface: prepare one instance (no analysis happens here).
+#
+#   prepare_instance.sh v1 BENCHMARK ONNX VNNLIB
+#
+# Checks that assay is installed and that the model and property files exist. assay reads
+# gzipped files (.onnx.gz, .vnnlib.gz) as they are, so nothing is converted. Settings do not
+# depend on the benchmark.
+set -uo pipefail
+
+VERSION_STRING=v1
+if [ "${1:-}" != "$VERSION_STRING" ]; then
+    echo "Expected first argument (version string) '$VERSION_STRING', got '${1:-}'" >&2
+    exit 1
+fi
+if [ "$#" -ne 4 ]; then
+    echo "usage: prepare_instance.sh v1 BENCHMARK ONNX VNNLIB (got $# arguments)" >&2
+    exit 1
+fi
+
+CATEGORY=$2
+ONNX_FILE=$3
+VNNLIB_FILE=$4
+TOOL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+echo "Preparing assay for benchmark '$CATEGORY': onnx '$ONNX_FILE', vnnlib '$VNNLIB_FILE'"
+if [ ! -x "$TOOL_DIR/.venv/bin/assay" ]; then
+    echo "assay is not installed in $TOOL_DIR/.venv: run vnncomp/install_tool.sh v1 first" >&2
+    exit 1
+fi
+for file in "$ONNX_FILE" "$VNNLIB_FILE"; do
+    if [ ! -f "$file" ]; then
+        echo "no such file: $file" >&2
+        exit 1
+    fi
+done
+exit 0
