@@ -22,10 +22,12 @@ CATEGORY=$2
 ONNX_FILE=$3
 VNNLIB_FILE=$4
 TOOL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The assay command: the one install_tool.sh installed, unless $ASSAY names another.
+ASSAY="${ASSAY:-$TOOL_DIR/.venv/bin/assay}"
 
 echo "Preparing assay for benchmark '$CATEGORY': onnx '$ONNX_FILE', vnnlib '$VNNLIB_FILE'"
-if [ ! -x "$TOOL_DIR/.venv/bin/assay" ]; then
-    echo "assay is not installed in $TOOL_DIR/.venv: run vnncomp/install_tool.sh v1 first" >&2
+if [ ! -x "$ASSAY" ]; then
+    echo "assay is not installed at $ASSAY: run vnncomp/install_tool.sh v1 first (or set ASSAY)" >&2
     exit 1
 fi
 for file in "$ONNX_FILE" "$VNNLIB_FILE"; do

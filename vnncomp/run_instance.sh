@@ -27,6 +27,8 @@ VNNLIB_FILE=$4
 RESULT_FILE=$5
 TIMEOUT=$6
 TOOL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The assay command: the one install_tool.sh installed, unless $ASSAY names another.
+ASSAY="${ASSAY:-$TOOL_DIR/.venv/bin/assay}"
 
 echo "Running assay on benchmark '$CATEGORY': onnx '$ONNX_FILE', vnnlib '$VNNLIB_FILE', result file '$RESULT_FILE', timeout $TIMEOUT s"
 rm -f "$RESULT_FILE"
@@ -37,7 +39,7 @@ GRACE=${ASSAY_TIMEOUT_GRACE:-30}
 LIMIT=$(awk -v t="$TIMEOUT" -v g="$GRACE" 'BEGIN { printf "%d", t + g + 1 }')
 STARTED=$(date +%s)
 timeout --signal=TERM --kill-after=5 "$LIMIT" \
-    "$TOOL_DIR/.venv/bin/assay" verify "$ONNX_FILE" "$VNNLIB_FILE" --timeout "$TIMEOUT" --result-file "$RESULT_FILE"
+    "$ASSAY" verify "$ONNX_FILE" "$VNNLIB_FILE" --timeout "$TIMEOUT" --result-file "$RESULT_FILE"
 CODE=$?
 ELAPSED=$(( $(date +%s) - STARTED ))
 
