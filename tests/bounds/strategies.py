@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
 
-from assay.nn import AvgPool2d, Conv2d, Flatten, Linear, Network, ReLU
+from assay.nn import Add, AvgPool2d, Conv2d, Flatten, Linear, Network, ReLU, load
 
 
 def _tensor(rng: np.random.Generator, *shape, scale=1.0) -> torch.Tensor:
@@ -50,6 +53,76 @@ def conv_networks(draw):
     return Network(tuple(layers), (channels, size, size))
 
 
+@st.composite
+def residual_dense_networks(draw):
+    """x → Linear → ReLU → [Linear → ReLU → Linear] + skip → ReLU → Linear: a dense residual block
+    (the skip reads a ReLU's output or, drawn, the first Linear's output or the input itself)."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n_in, width, n_out = draw(st.integers(1, 4)), draw(st.integers(2, 6)), draw(st.integers(1, 3))
+    skip_from = draw(st.sampled_from(["relu", "linear", "input"]))
+    if skip_from == "input":
+        width = n_in
+    scale = 1.2 / np.sqrt(width)
+    layers = [Linear(_tensor(rng, width, n_in, scale=1.2 / np.sqrt(n_in)), _tensor(rng, width, scale=0.4)), ReLU(),
+              Linear(_tensor(rng, width, width, scale=scale), _tensor(rng, width, scale=0.4)), ReLU(),
+              Linear(_tensor(rng, width, width, scale=scale), _tensor(rng, width, scale=0.4)), Add(), ReLU(),
+              Linear(_tensor(rng, n_out, width, scale=scale), _tensor(rng, n_out, scale=0.3))]
+    skip = {"input": 0, "linear": 1, "relu": 2}[skip_from]
+    sources = ((0,), (1,), (2,), (3,), (4,), (5, skip), (6,), (7,))
+    return Network(tuple(layers), (n_in,), sources=sources)
+
+
+def onnx_graph_model(rng: np.random.Generator, channels: int, size: int, pool: int, stride: int, residual: bool,
+                     average: bool):
+    """An ONNX model Conv → Relu → MaxPool|Pad+AveragePool → [Conv 3x3 (pad 1) + skip] → Relu → Flatten → Gemm."""
+    inits, nodes = [], []
+
+    def const(name, array):
+        inits.append(numpy_helper.from_array(np.asarray(array, dtype=np.float32), name))
+        return name
+
+    hidden = 2
+    nodes.append(helper.make_node("Conv", ["x", const("w1", rng.normal(0, 0.7, (hidden, channels, 2, 2))),
+                                          const("b1", rng.normal(0, 0.3, hidden))], ["c1"], pads=[0, 0, 0, 0]))
+    nodes.append(helper.make_node("Relu", ["c1"], ["r1"]))
+    if average:
+        inits.append(numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], dtype=np.int64), "pads"))
+        nodes.append(helper.make_node("Pad", ["r1", "pads"], ["p1"], mode="constant"))
+        nodes.append(helper.make_node("AveragePool", ["p1"], ["m1"], kernel_shape=[pool, pool], strides=[stride, stride]))
+    else:
+        nodes.append(helper.make_node("MaxPool", ["r1"], ["m1"], kernel_shape=[pool, pool], strides=[stride, stride]))
+    last = "m1"
+    if residual:
+        nodes.append(helper.make_node("Conv", ["m1", const("w2", rng.normal(0, 0.5, (hidden, hidden, 3, 3))),
+                                              const("b2", rng.normal(0, 0.3, hidden))], ["c2"], pads=[1, 1, 1, 1]))
+        nodes.append(helper.make_node("Add", ["c2", "m1"], ["a2"]))
+        last = "a2"
+    nodes.append(helper.make_node("Relu", [last], ["r2"]))
+    nodes.append(helper.make_node("Flatten", ["r2"], ["f"], axis=1))
+    side = size - 1 + (2 if average else 0)
+    side = (side - pool) // stride + 1
+    flat = hidden * side * side
+    nodes.append(helper.make_node("Gemm", ["f", const("w3", rng.normal(0, 1 / np.sqrt(flat), (3, flat))),
+                                          const("b3", rng.normal(0, 0.3, 3))], ["y"], transB=1))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@st.composite
+def pooling_graph_networks(draw):
+    """Convolutional graphs with MaxPool (lowered to ReLUs) or Pad + AveragePool, with or without a residual Add."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    channels, size = draw(st.integers(1, 2)), draw(st.integers(4, 6))
+    pool, stride = draw(st.sampled_from([(2, 2), (2, 1), (3, 2), (3, 3)]))
+    model = onnx_graph_model(rng, channels, size, pool, stride, draw(st.booleans()), draw(st.booleans()))
+    return load(model)
+
+
+def graph_networks():
+    return st.one_of(residual_dense_networks(), pooling_graph_networks())
+
+
 def random_boxes(network: Network, rng: np.random.Generator, batch: int, max_width: float = 1.0):
     """A batch of random input boxes (lower, upper), each of shape (batch, *input_shape)."""
     shape = (batch, *network.input_shape)
@@ -91,17 +164,11 @@ def random_splits(network: Network, intermediate, rng: np.random.Generator, per_
 def satisfies_splits(network: Network, x: torch.Tensor, splits) -> torch.Tensor:
     """Mask (n, B): which points satisfy every split constraint of their domain."""
     n, batch = x.shape[:2]
-    h = x.reshape(n * batch, *network.input_shape)
     ok = torch.ones(n * batch, dtype=torch.bool)
-    k = 0
-    with torch.no_grad():
-        for index, layer in enumerate(network.layers):
-            if isinstance(layer, ReLU):
-                split = splits[k].unsqueeze(0).expand(n, *splits[k].shape).reshape(n * batch, -1)
-                z = h.reshape(n * batch, -1)
-                ok &= (((split == 1) & (z < 0)) | ((split == -1) & (z > 0))).logical_not().all(1)
-                k += 1
-            h = network.apply_layer(index, h)
+    for k, pre in enumerate(network.pre_activations(x.reshape(n * batch, *network.input_shape))):
+        split = splits[k].unsqueeze(0).expand(n, *splits[k].shape).reshape(n * batch, -1)
+        z = pre.reshape(n * batch, -1)
+        ok &= (((split == 1) & (z < 0)) | ((split == -1) & (z > 0))).logical_not().all(1)
     return ok.reshape(n, batch)
 
 
@@ -116,7 +183,7 @@ def perturbed_network(network: Network, rng: np.random.Generator, delta: float) 
     for layer in network.layers:
         if isinstance(layer, Linear):
             layer = Linear(move(layer.weight), move(layer.bias))
-        elif isinstance(layer, Conv2d):
+        elif isinstance(layer, Conv2d) and not layer.fixed:
             layer = Conv2d(move(layer.weight), move(layer.bias), layer.stride, layer.padding, layer.dilation, layer.groups)
         layers.append(layer)
-    return Network(tuple(layers), network.input_shape)
+    return replace(network, layers=tuple(layers))

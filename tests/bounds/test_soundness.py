@@ -20,6 +20,7 @@ from .strategies import (
     conv_networks,
     dense_networks,
     forward_batched,
+    graph_networks,
     perturbed_network,
     random_boxes,
     random_splits,
@@ -29,7 +30,7 @@ from .strategies import (
 
 SAMPLES = 10_000
 FAST = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-networks = st.one_of(dense_networks(), conv_networks())
+networks = st.one_of(dense_networks(), conv_networks(), graph_networks())
 
 
 def assert_contains(result, outputs, mask=None):
@@ -93,13 +94,7 @@ def test_split_bounds_contain_outputs_inside_the_split_region(method, network, s
 def sampled_relu_inputs(network, x):
     """Pre-activations of every ReLU layer for x (n, B, *input_shape): list of (n, B, units)."""
     n, batch = x.shape[:2]
-    h = x.reshape(n * batch, *network.input_shape)
-    values = []
-    for index in range(len(network.layers)):
-        if index in network.relu_indices:
-            values.append(h.reshape(n, batch, -1))
-        h = network.apply_layer(index, h)
-    return values
+    return [z.reshape(n, batch, -1) for z in network.pre_activations(x.reshape(n * batch, *network.input_shape))]
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

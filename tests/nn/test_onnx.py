@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from assay.errors import ModelLoadError, UnsupportedOperatorError
-from assay.nn import AvgPool2d, Conv2d, Flatten, Linear, ReLU, load
+from assay.nn import Add, AvgPool2d, Conv2d, Flatten, Linear, ReLU, load
 
 from .ort_reference import assert_matches_ort
 
@@ -194,13 +194,70 @@ def test_several_graph_inputs_are_rejected(rng):
         load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
 
 
-def test_branching_graph_is_rejected(rng):
+@pytest.mark.parametrize("skip", ["relu", "input"])
+def test_residual_add_loads_as_a_graph(rng, skip):
     g = GraphMaker(rng)
     h = g.node("Gemm", ["x", g.random(3, 3), g.random(3)], transB=1)
+    r = g.node("Relu", [h])
+    h = g.node("Gemm", [r, g.random(3, 3), g.random(3)], transB=1)
+    h = g.node("Mul", [h, g.random(3)])  # folded into the Gemm before it
+    h = g.node("Add", [h, r if skip == "relu" else "x"])  # a skip connection
     h = g.node("Relu", [h])
-    h = g.node("Add", [h, "x"])  # a skip connection
-    with pytest.raises(ModelLoadError, match="chains of layers"):
-        load(g.model(["N", 3], h))
+    h = g.node("Gemm", [h, g.random(2, 3), g.random(2)], transB=1)
+    network = check_against_ort(g.model(["N", 3], h), rng.normal(size=(32, 3)))
+    assert not network.is_chain and sum(isinstance(layer, Add) for layer in network.layers) == 1
+
+
+def test_a_tensor_read_twice_is_not_folded_into(rng):
+    """A BatchNorm-like scale after a shared tensor must not be folded back into its producer."""
+    g = GraphMaker(rng)
+    h = g.node("Gemm", ["x", g.random(4, 3), g.random(4)], transB=1)
+    a = g.node("Mul", [h, g.random(4)])  # reads h, which the Add reads too
+    h = g.node("Add", [a, h])
+    h = g.node("Relu", [h])
+    check_against_ort(g.model(["N", 3], h), rng.normal(size=(16, 3)))
+
+
+@pytest.mark.parametrize("kernel,stride", [(2, 2), (3, 2), (3, 1), (1, 2), (4, 4)])
+def test_max_pool_is_lowered_exactly(rng, kernel, stride):
+    g = GraphMaker(rng)
+    h = g.node("Conv", ["x", g.random(3, 2, 2, 2), g.random(3)])
+    h = g.node("MaxPool", [h], kernel_shape=[kernel, kernel], strides=[stride, stride])
+    h = g.node("Flatten", [h], axis=1)
+    side = (8 - 1 - kernel) // stride + 1
+    h = g.node("Gemm", [h, g.random(2, 3 * side * side), g.random(2)], transB=1)
+    network = check_against_ort(g.model([1, 2, 8, 8], h), rng.normal(size=(6, 2, 8, 8)))
+    relus = sum(int(np.prod(network.shapes[i])) for i in network.relu_indices)
+    assert relus == 3 * side * side * (kernel * kernel - 1)  # one ReLU per comparison
+    assert all(layer.fixed for layer in network.layers[1:] if isinstance(layer, Conv2d))
+    assert network.num_parameters == 3 * 2 * 2 * 2 + 3 + 2 * (3 * side * side + 1)
+
+
+def test_zero_pad_then_average_pool(rng):
+    g = GraphMaker(rng)
+    h = g.node("Relu", ["x"])
+    h = g.node("Pad", [h, g.const([0, 0, 1, 2, 0, 0, 1, 2], dtype=np.int64)], mode="constant")
+    h = g.node("AveragePool", [h], kernel_shape=[2, 2], strides=[2, 2])
+    h = g.node("Flatten", [h], axis=1)
+    h = g.node("Gemm", [h, g.random(2, 2 * 4 * 5), g.random(2)], transB=1)
+    check_against_ort(g.model([1, 2, 6, 6], h), rng.normal(size=(4, 2, 6, 6)))
+
+
+@pytest.mark.parametrize("case,message", [
+    ("maxpool_pads", "padding"), ("asymmetric_pad", "same on both sides"), ("sub", "only for Add"),
+])
+def test_graph_operators_assay_cannot_bound_are_named(rng, case, message):
+    g = GraphMaker(rng)
+    h = g.node("Relu", ["x"])
+    if case == "maxpool_pads":
+        h = g.node("MaxPool", [h], kernel_shape=[2, 2], pads=[1, 1, 1, 1])
+    elif case == "asymmetric_pad":
+        h = g.node("Pad", [h, g.const([0, 0, 0, 1, 0, 0, 1, 0], dtype=np.int64)], mode="constant")
+    else:
+        h = g.node("Sub", [h, "x"])
+    with pytest.raises(UnsupportedOperatorError, match=message) as info:
+        load(g.model([1, 1, 4, 4], h, output_rank=4))
+    assert "node '" in str(info.value)
 
 
 def test_average_pool_excluding_padding_is_unsupported(rng):

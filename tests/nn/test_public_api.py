@@ -7,7 +7,7 @@ import inspect
 
 import assay.nn
 
-PUBLIC = {"Network", "Linear", "Conv2d", "ReLU", "AvgPool2d", "Flatten", "Reshape", "load"}
+PUBLIC = {"Network", "Linear", "Conv2d", "ReLU", "AvgPool2d", "Flatten", "Reshape", "Add", "load"}
 
 
 def test_all_is_pinned_and_importable():

@@ -1,14 +1,17 @@
 """Backward substitution of linear bounds (CROWN, Zhang et al., NeurIPS 2018).
 
-Given spec rows ``C`` (B, S, *target_shape) and offsets ``d`` (B, S) on the input of stage
-``target`` (or the network output), :func:`backsubstitute` walks the stages backwards and
-returns ``A`` (B, S, *input_shape) and ``b`` (B, S) such that for every x in the domain
+Given spec rows ``C`` (B, S, *target_shape) and offsets ``d`` (B, S) on tensor ``target``
+(the input of a ReLU stage, or the network output), :func:`backsubstitute` walks the stages
+backwards and returns ``A`` (B, S, *input_shape) and ``b`` (B, S) such that for every x in
+the domain
 
     C · h_target(x) + d  ≥  A · x + b
 
 using, at each ReLU, the relaxation of :mod:`assay.bounds.relaxation` (optionally with per-row
 optimised lower slopes α and split multipliers β, see β-CROWN, Wang et al., NeurIPS 2021).
-Upper bounds are lower bounds of the negated rows.
+Upper bounds are lower bounds of the negated rows. Over a graph, the coefficients that reach a
+tensor from several consumers (a residual connection) are summed before that tensor's own
+stage is crossed, so every stage is crossed once.
 
 Rounding: next to ``A`` the walk carries ``A_abs`` ≥ |A| computed with absolute weights, and
 ``b_abs`` ≥ the magnitude of every term added into ``b``. :func:`concretize` subtracts
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from assay.bounds.ibp import perturbation_radius
-from assay.bounds.plan import Plan, ReluStage, rounding_factor
+from assay.bounds.plan import AddStage, Plan, ReluStage, accumulate, rounding_factor
 from assay.bounds.relaxation import ReluRelaxation, relax_relu
 
 
@@ -58,10 +61,11 @@ def backsubstitute(
 
     Args:
         plan: stages in the working dtype.
-        target: stage position whose input is bounded (``len(plan.stages)`` for the output).
+        target: the tensor bounded: the input of ReLU stage ``target``, or ``len(plan.stages)``
+            for the output.
         C: (B, S, *shape) rows; d: (B, S).
-        bounds: ``bounds[p]`` = (lower, upper) of the input of stage p, for p < target; ReLU
-            inputs must already include split clamping.
+        bounds: ``bounds[t]`` = (lower, upper) of tensor t, for t < target; ReLU inputs must
+            already include split clamping.
         deltas: weight-perturbation radius per stage position.
         slopes: per ReLU position, lower slopes (B, S, *shape) to use on unstable neurons
             (values in [0, 1]); absent: CROWN's adaptive choice.
@@ -74,12 +78,21 @@ def backsubstitute(
     slopes = slopes or {}
     betas = betas or {}
     relaxations = relaxations or {}
-    A, b = C, d.clone()
+    b = d.clone()
     # |A| is bounded by |C| times the absolute weights (ReLU slopes lie in [0, 1]), the same for
     # every domain: track that bound once, with batch 1, unless split multipliers add to it.
-    A_abs, b_abs = C.abs().amax(0, keepdim=True), d.abs()
+    b_abs = d.abs()
+    # Coefficients waiting on each tensor: (A, A_abs). A chain keeps exactly one entry.
+    pending = {target: (C, C.abs().amax(0, keepdim=True))}
     for position in range(target - 1, -1, -1):
+        if position + 1 not in pending:
+            continue  # the stage's output does not reach the target
+        A, A_abs = pending.pop(position + 1)
         stage = plan.stages[position]
+        if isinstance(stage, AddStage):
+            for source in stage.sources:
+                accumulate(pending, source, (A, A_abs))
+            continue
         if isinstance(stage, ReluStage):
             relaxation = relaxations.get(position) or relax(*bounds[position])
             lower_slope = relaxation.lower_slope.unsqueeze(1)
@@ -94,7 +107,7 @@ def backsubstitute(
         else:
             delta = deltas.get(position, 0.0)
             if delta > 0:
-                noise = perturbation_radius(stage, *bounds[position], delta)
+                noise = perturbation_radius(stage, *bounds[stage.sources[0]], delta)
                 b = b - _dot(A.abs(), noise)
                 b_abs = b_abs + _dot(A_abs, noise)
             if stage.bias is not None:
@@ -102,6 +115,8 @@ def backsubstitute(
                 b_abs = b_abs + stage.bias_term(A_abs, stage.bias.abs())
             A = stage.backward(A)
             A_abs = stage.backward_abs(A_abs) if stage.abs_weight is not None else stage.backward(A_abs)
+        accumulate(pending, stage.sources[0], (A, A_abs))
+    A, A_abs = pending.pop(0)
     return Backward(A, b, A_abs, b_abs)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from assay.bounds.plan import AffineStage, Plan, ReluStage, unit_roundoff
+from assay.bounds.plan import AddStage, AffineStage, Plan, ReluStage, unit_roundoff
 from assay.bounds.relaxation import relax_relu
 
 # Above this many input elements the coefficient tensors (B, inputs, *shape) get too large.
@@ -86,6 +86,18 @@ def _relu(f: _LinearFunctions, lower, upper, input_magnitude) -> _LinearFunction
     return _LinearFunctions(f.a_lo * expand(keep), f.c_lo * keep, f.e_lo * keep, a_hi, c_hi, e_hi)
 
 
+def _add(f: _LinearFunctions, g: _LinearFunctions, input_magnitude) -> _LinearFunctions:
+    """The sum of two tensors' linear functions (a residual connection).
+
+    The computed coefficient and constant sums are each within u·|sum| of the exact ones, so the
+    budgets grow by 4u times both magnitudes (generous for the budgets' own rounding).
+    """
+    u = unit_roundoff(f.c_lo.dtype)
+    rounding = 4 * u * (f.magnitude(input_magnitude) + g.magnitude(input_magnitude))
+    return _LinearFunctions(f.a_lo + g.a_lo, f.c_lo + g.c_lo, (f.e_lo + g.e_lo) * (1 + 4 * u) + rounding,
+                            f.a_hi + g.a_hi, f.c_hi + g.c_hi, (f.e_hi + g.e_hi) * (1 + 4 * u) + rounding)
+
+
 def _concretize(f: _LinearFunctions, center, radius, input_magnitude):
     """Sound concrete bounds (lower, upper) of the stage input described by ``f``."""
     extra = f.a_lo.dim() - 2
@@ -119,14 +131,21 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp) 
     input_magnitude = torch.maximum(flat_lower.abs(), flat_upper.abs())
     identity = torch.eye(n, dtype=dtype).expand(batch, n, n).reshape(batch, n, *lower.shape[1:])
     zeros = torch.zeros_like(lower)
-    f = _LinearFunctions(identity, zeros, zeros, identity, zeros, zeros)
+    functions = {0: _LinearFunctions(identity, zeros, zeros, identity, zeros, zeros)}
     result = {}
     for position, stage in enumerate(plan.stages):
         if isinstance(stage, ReluStage):
+            f = functions[position]
             low, high = _concretize(f, center, radius, input_magnitude)
             low, high = clamp(position, low, high)
             result[position] = (low, high)
             f = _relu(f, low, high, input_magnitude)
+        elif isinstance(stage, AddStage):
+            f = _add(functions[stage.sources[0]], functions[stage.sources[1]], input_magnitude)
         else:
-            f = _affine(stage, f, input_magnitude)
+            f = _affine(stage, functions[stage.sources[0]], input_magnitude)
+        functions[position + 1] = f
+        for source in stage.sources:  # free what no later stage reads (the tensors are large)
+            if plan.last_use[source] == position:
+                functions.pop(source, None)
     return result

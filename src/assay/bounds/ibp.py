@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from assay.bounds.plan import AffineStage, Plan, ReluStage, unit_roundoff
+from assay.bounds.plan import AddStage, AffineStage, Plan, ReluStage, unit_roundoff
 
 # Elements of the (batch, out, in) product tensor built at once for exact interval weights.
 _CORNER_CHUNK = 1 << 22
@@ -108,17 +108,28 @@ def interval_pass(
         clamp: optional callable ``clamp(position, lower, upper) -> (lower, upper)`` applied to
             the input bounds of each ReLU stage before propagating (tighter known bounds, splits).
     Returns:
-        ``bounds[p]`` = (lower, upper) of the input of stage p; ``bounds[-1]`` is the output.
+        ``bounds[t]`` = (lower, upper) of tensor t (``bounds[p]`` is the input of ReLU stage p);
+        ``bounds[-1]`` is the output.
     """
     deltas = deltas or {}
     bounds = [(lower, upper)]
     for position, stage in enumerate(plan.stages):
         if isinstance(stage, ReluStage):
+            lower, upper = bounds[position]
             if clamp is not None:
                 lower, upper = clamp(position, lower, upper)
-                bounds[-1] = (lower, upper)
+                bounds[position] = (lower, upper)
             lower, upper = lower.clamp(min=0), upper.clamp(min=0)
+        elif isinstance(stage, AddStage):
+            lower, upper = add_interval(*bounds[stage.sources[0]], *bounds[stage.sources[1]])
         else:
-            lower, upper = _affine_interval(stage, lower, upper, deltas.get(position, 0.0))
+            lower, upper = _affine_interval(stage, *bounds[stage.sources[0]], deltas.get(position, 0.0))
         bounds.append((lower, upper))
     return bounds
+
+
+def add_interval(lower_a, upper_a, lower_b, upper_b) -> tuple[torch.Tensor, torch.Tensor]:
+    """[a] + [b], widened by the rounding of one addition (u · magnitude per element)."""
+    lower, upper = lower_a + lower_b, upper_a + upper_b
+    u = unit_roundoff(lower.dtype)
+    return lower - 2 * u * lower.abs(), upper + 2 * u * upper.abs()

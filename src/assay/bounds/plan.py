@@ -1,10 +1,17 @@
 """Per-layer rules of the bound engine: one table, used by every bound method.
 
-The engine sees a network as a list of *stages*: affine stages (Linear, Conv2d, AvgPool2d
-as a depthwise convolution, Flatten) and ReLU stages. For an affine stage it needs four maps
-on batches: the map itself, the map with absolute weights, the transposed map (backward
-substitution of linear bounds) and the transposed map with absolute weights (rounding
-magnitudes). :class:`Plan` prepares them once per (network, dtype) and caches them.
+The engine sees a network as a list of *stages* in topological order: affine stages (Linear,
+Conv2d, AvgPool2d as a depthwise convolution, Flatten/Reshape), ReLU stages and Add stages
+(residual sums). Stage ``p`` produces tensor ``p + 1`` from the tensors in ``stage.sources``
+(tensor 0 is the input); a ReLU stage always reads tensor ``p``, so "the input of ReLU stage
+p" and "tensor p" are the same thing. Bound methods walk the stages forwards (intervals,
+forward linear bounds) or backwards (backward substitution, summing the contributions that
+reach a tensor from all its consumers, as auto_LiRPA does over a graph).
+
+For an affine stage the engine needs four maps on batches: the map itself, the map with
+absolute weights, the transposed map (backward substitution of linear bounds) and the
+transposed map with absolute weights (rounding magnitudes). :class:`Plan` prepares them once
+per (network, dtype) and caches them.
 """
 
 from __future__ import annotations
@@ -16,10 +23,10 @@ import torch
 import torch.nn.functional as F
 
 from assay.errors import UnsupportedOperatorError
-from assay.nn.layers import AvgPool2d, Conv2d, Flatten, Linear, ReLU, Reshape
+from assay.nn.layers import Add, AvgPool2d, Conv2d, Flatten, Linear, ReLU, Reshape
 from assay.nn.network import Network
 
-SUPPORTED = "Linear, Conv2d, ReLU, AvgPool2d, Flatten"
+SUPPORTED = "Linear, Conv2d, ReLU, AvgPool2d, Flatten, Reshape, Add"
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,6 +44,7 @@ class AffineStage:
     # number of products summed into one output or one transposed entry (for rounding bounds)
     fan: int
     perturbable: bool  # its weights are model parameters (not a pooling constant or a reshape)
+    sources: tuple[int, ...] = ()  # the one tensor it reads
 
     # ---------------------------------------------------------------- forward maps
     def forward(self, x: torch.Tensor, weight=None, bias=None) -> torch.Tensor:
@@ -99,6 +107,16 @@ class AffineStage:
 class ReluStage:
     index: int
     shape: tuple[int, ...]
+    sources: tuple[int, ...] = ()  # always (its position,): the tensor just before it
+
+
+@dataclass(frozen=True, eq=False)
+class AddStage:
+    """``y = a + b`` for two earlier tensors of one shape (a residual connection)."""
+
+    index: int
+    shape: tuple[int, ...]
+    sources: tuple[int, ...] = ()
 
 
 class Plan:
@@ -107,16 +125,19 @@ class Plan:
     def __init__(self, network: Network, dtype: torch.dtype):
         self.network = network
         self.dtype = dtype
-        self.stages: list[AffineStage | ReluStage] = []
+        self.stages: list[AffineStage | ReluStage | AddStage] = []
         for index, layer in enumerate(network.layers):
-            in_shape, out_shape = network.shapes[index], network.shapes[index + 1]
+            reads = network.sources[index]
+            in_shape, out_shape = network.shapes[reads[0]], network.shapes[index + 1]
             if isinstance(layer, ReLU):
-                self.stages.append(ReluStage(index, in_shape))
+                self.stages.append(ReluStage(index, in_shape, reads))
+            elif isinstance(layer, Add):
+                self.stages.append(AddStage(index, out_shape, reads))
             elif isinstance(layer, Linear):
                 weight, bias = network.parameters_as(index, dtype)
                 self.stages.append(
                     AffineStage(index, "linear", in_shape, out_shape, weight, bias, weight.abs(), None,
-                                max(weight.shape), True)
+                                max(weight.shape), True, reads)
                 )
             elif isinstance(layer, (Conv2d, AvgPool2d)):
                 conv = layer if isinstance(layer, Conv2d) else layer.as_conv(in_shape[0])
@@ -125,19 +146,41 @@ class Plan:
                           weight.shape[0] * weight.shape[2] * weight.shape[3])
                 self.stages.append(
                     AffineStage(index, "conv", in_shape, out_shape, weight, bias, weight.abs(), conv, fan,
-                                isinstance(layer, Conv2d))
+                                not conv.fixed, reads)
                 )
             elif isinstance(layer, (Flatten, Reshape)):  # a pure reshape: out_shape says which
-                self.stages.append(AffineStage(index, "flatten", in_shape, out_shape, None, None, None, None, 1, False))
+                self.stages.append(AffineStage(index, "flatten", in_shape, out_shape, None, None, None, None, 1, False,
+                                               reads))
             else:  # pragma: no cover - Network validates its layers
                 raise UnsupportedOperatorError(
                     f"bound propagation does not support layer {index} ({type(layer).__name__}); supported: {SUPPORTED}"
                 )
         self.relu_positions = [i for i, s in enumerate(self.stages) if isinstance(s, ReluStage)]
+        self.is_chain = network.is_chain
         # The rounding factor: every backward or forward product sums at most `fan` terms per
-        # entry; adding the layers' fans bounds the relative error of the whole chain.
-        self.total_fan = sum(s.fan + 3 for s in self.stages if isinstance(s, AffineStage)) + 3 * len(self.relu_positions)
+        # entry; adding the layers' fans bounds the relative error of the whole chain. In a graph
+        # a coefficient reaching a tensor along several paths is summed once per extra consumer:
+        # one more rounding each, covered by the 3 terms every stage adds.
+        self.total_fan = (sum(s.fan + 3 for s in self.stages if isinstance(s, AffineStage))
+                          + 3 * sum(1 for s in self.stages if not isinstance(s, AffineStage)))
         self.affine_positions = [i for i, s in enumerate(self.stages) if isinstance(s, AffineStage) and s.perturbable]
+        # The last stage that reads each tensor (forward walks free a tensor after it).
+        self.last_use = {0: 0}
+        for position, stage in enumerate(self.stages):
+            for source in stage.sources:
+                self.last_use[source] = position
+
+
+def accumulate(pending: dict, tensor: int, values: tuple) -> None:
+    """Add ``values`` (a tuple of tensors) to those already waiting on ``tensor`` in a backward walk.
+
+    Backward walks over a graph keep, per tensor, the sum of what its consumers sent back; a
+    chain only ever holds one entry.
+    """
+    if tensor in pending:
+        pending[tensor] = tuple(old + new for old, new in zip(pending[tensor], values))
+    else:
+        pending[tensor] = values
 
 
 _PLANS: "weakref.WeakKeyDictionary[Network, dict]" = weakref.WeakKeyDictionary()

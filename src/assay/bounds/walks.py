@@ -22,7 +22,7 @@ import torch
 
 from assay.bounds.crown import backsubstitute, concretize
 from assay.bounds.ibp import center_radius
-from assay.bounds.plan import AffineStage, ReluStage, plan_for, rounding_factor, unit_roundoff
+from assay.bounds.plan import AddStage, AffineStage, ReluStage, accumulate, plan_for, rounding_factor, unit_roundoff
 from assay.bounds.relaxation import relax_relu
 from assay.bounds.result import IntermediateBounds
 from assay.nn.network import Network
@@ -55,19 +55,29 @@ def gradient_bounds(network: Network, rows: torch.Tensor, intermediate: Intermed
     """
     plan = plan_for(network, torch.float64)
     count = rows.shape[0]
-    g = rows.abs().to(torch.float64).reshape(count, 1, *network.output_shape)
+    pending = {len(plan.stages): (rows.abs().to(torch.float64).reshape(count, 1, *network.output_shape),)}
     k = len(plan.relu_positions)
     per_layer: list[torch.Tensor] = [None] * k  # type: ignore[list-item]
     for position in range(len(plan.stages) - 1, -1, -1):
         stage = plan.stages[position]
         if isinstance(stage, ReluStage):
             k -= 1
+        if position + 1 not in pending:
+            if isinstance(stage, ReluStage):  # no path from this layer to the output
+                per_layer[k] = torch.zeros(count, *stage.shape, dtype=torch.float64)
+            continue
+        (g,) = pending.pop(position + 1)
+        if isinstance(stage, ReluStage):
             per_layer[k] = g.squeeze(1)
             g = g * (intermediate.upper[k] > 0).unsqueeze(1)
+        elif isinstance(stage, AddStage):
+            accumulate(pending, stage.sources[1], (g,))
         elif stage.abs_weight is not None:
             g = stage.backward_abs(g)
         else:
             g = stage.backward(g)
+        accumulate(pending, stage.sources[0], (g,))
+    (g,) = pending.pop(0)
     return GradientBounds(tuple(per_layer), g.reshape(count, -1))
 
 
@@ -113,21 +123,25 @@ def input_sensitivities(network: Network) -> tuple[torch.Tensor, ...]:
     """
     plan = plan_for(network, torch.float64)
     n = network.input_size
-    sensitivity = torch.eye(n, dtype=torch.float64).reshape(n, *network.input_shape)  # one column per input
+    values = [torch.eye(n, dtype=torch.float64).reshape(n, *network.input_shape)]  # one column per input
     per_layer = []
     for stage in plan.stages:
-        if isinstance(stage, AffineStage):
+        sensitivity = values[stage.sources[0]]
+        if isinstance(stage, AddStage):
+            sensitivity = sensitivity + values[stage.sources[1]]
+        elif isinstance(stage, AffineStage):
             sensitivity = stage.forward_abs(sensitivity) if stage.abs_weight is not None else stage.forward(sensitivity)
         else:
             per_layer.append(sensitivity.reshape(n, -1).T.contiguous())
+        values.append(sensitivity)
     inflation = 1 + 2 * rounding_factor(plan, n)
     return tuple(layer * inflation for layer in per_layer)
 
 
 def _spectral_lipschitz(plan, rows: torch.Tensor) -> torch.Tensor:
     affine = [s for s in plan.stages if isinstance(s, AffineStage) and s.kind != "flatten"]
-    if any(s.kind != "linear" for s in affine):
-        raise ValueError("ℓ2 Lipschitz bounds are computed for networks of Linear layers only; use norm='inf'")
+    if any(s.kind != "linear" for s in affine) or not plan.is_chain:
+        raise ValueError("ℓ2 Lipschitz bounds are computed for chains of Linear layers only; use norm='inf'")
     last, earlier = affine[-1], affine[:-1]
     constant = torch.linalg.vector_norm(rows @ last.weight, dim=1)
     for stage in earlier:
@@ -148,11 +162,16 @@ def affine_forms(network: Network, signs: Sequence[torch.Tensor]):
     """
     plan = plan_for(network, torch.float64)
     n = network.input_size
-    coef = torch.eye(n, dtype=torch.float64).reshape(n, *network.input_shape)  # one row per input
-    offset = torch.zeros(1, *network.input_shape, dtype=torch.float64)
+    # (linear part with one row per input, offset) of every tensor
+    values = [(torch.eye(n, dtype=torch.float64).reshape(n, *network.input_shape),
+               torch.zeros(1, *network.input_shape, dtype=torch.float64))]
     forms, k = [], 0
     for stage in plan.stages:
-        if isinstance(stage, AffineStage):
+        coef, offset = values[stage.sources[0]]
+        if isinstance(stage, AddStage):
+            other_coef, other_offset = values[stage.sources[1]]
+            coef, offset = coef + other_coef, offset + other_offset
+        elif isinstance(stage, AffineStage):
             coef = stage.forward(coef)  # no bias: the linear part
             offset = stage.forward_bias(offset) if stage.bias is not None else stage.forward(offset)
         else:
@@ -160,6 +179,8 @@ def affine_forms(network: Network, signs: Sequence[torch.Tensor]):
             active = (signs[k] > 0).to(torch.float64)
             coef, offset = coef * active, offset * active
             k += 1
+        values.append((coef, offset))
+    coef, offset = values[-1]
     return forms, (coef.reshape(n, -1).T.contiguous(), offset.reshape(-1))
 
 

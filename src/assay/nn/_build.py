@@ -1,8 +1,12 @@
-"""Assemble a chain of assay layers, folding elementwise affine maps into affine layers.
+"""Assemble a graph of assay layers, folding elementwise affine maps into affine layers.
 
-Shared by the loaders (ONNX, torch, .nnet, scikit-learn). A loader walks its model in order and
-calls :meth:`LayerBuilder.linear`, :meth:`~LayerBuilder.conv`, :meth:`~LayerBuilder.relu`,
-:meth:`~LayerBuilder.avgpool`, :meth:`~LayerBuilder.flatten` and :meth:`~LayerBuilder.affine`.
+Shared by the loaders (ONNX, torch, .nnet, scikit-learn). A loader walks its model in
+topological order and calls :meth:`LayerBuilder.linear`, :meth:`~LayerBuilder.conv`,
+:meth:`~LayerBuilder.relu`, :meth:`~LayerBuilder.avgpool`, :meth:`~LayerBuilder.maxpool`,
+:meth:`~LayerBuilder.pad`, :meth:`~LayerBuilder.flatten`, :meth:`~LayerBuilder.affine` and
+:meth:`~LayerBuilder.add`, each on the *current* tensor. A model with branches moves between
+tensors with :meth:`~LayerBuilder.materialize` (name the current tensor, so another node can
+read it later) and :meth:`~LayerBuilder.switch_to`.
 
 ``affine(scale, shift)`` records the elementwise map ``x -> scale * x + shift`` (input
 normalisation, batch normalisation, a bias ``Add``). It never becomes a layer of its own when it
@@ -19,6 +23,13 @@ can be folded exactly:
   images with a per-channel map. A per-pixel map on an image that cannot be folded raises
   :class:`UnsupportedOperatorError`.
 
+Once a tensor is materialized (read by several nodes, or left for another branch) nothing is
+folded into the layers that computed it any more.
+
+MaxPool is lowered exactly: ``max(a, b) = a + relu(b − a)``, applied as a tournament over each
+window (``⌈log2 k⌉`` rounds of a difference convolution, a ReLU, a selection convolution and an
+Add). The convolutions are ``fixed`` (structural, not model parameters).
+
 All arithmetic is float64 numpy; the layers convert to float64 torch tensors.
 """
 
@@ -28,7 +39,7 @@ import numpy as np
 import torch
 
 from assay.errors import ModelLoadError, UnsupportedOperatorError
-from assay.nn.layers import AvgPool2d, Conv2d, Flatten, Linear, ReLU
+from assay.nn.layers import Add, AvgPool2d, Conv2d, Flatten, Linear, ReLU, Reshape
 
 __all__ = ["LayerBuilder"]
 
@@ -50,7 +61,31 @@ class LayerBuilder:
     def __init__(self, input_shape: tuple[int, ...]):
         self.shape = tuple(int(d) for d in input_shape)
         self.layers: list = []
+        self.sources: list[tuple[int, ...]] = []
+        self.shapes: list[tuple[int, ...]] = [self.shape]  # of every tensor; 0 is the input
+        self.current = 0  # the tensor the next layer reads (before any pending map)
+        self._frozen = 0  # layers before this index may no longer be changed by folding
         self._pending: tuple[np.ndarray, np.ndarray] | None = None  # scale, shift, both of `shape`
+
+    # ------------------------------------------------------------------ branches
+    def materialize(self, where: str) -> int:
+        """Emit any pending map and return the current tensor's index; nothing is folded into
+        the layers that computed it from now on (other nodes may read it)."""
+        self._emit_pending(where)
+        self._frozen = len(self.layers)
+        return self.current
+
+    def switch_to(self, tensor: int, where: str) -> None:
+        """Make the materialized ``tensor`` the current one (the current one is materialized first)."""
+        self.materialize(where)
+        self.current, self.shape = tensor, self.shapes[tensor]
+
+    def add(self, other: int, where: str) -> None:
+        """Append ``current + other`` (a residual connection); ``other`` is a materialized tensor."""
+        self.materialize(where)
+        if self.shapes[other] != self.shape:
+            raise ModelLoadError(f"{where}: adds tensors of shapes {self.shape} and {self.shapes[other]}; they must match")
+        self._append(Add(), where, (self.current, other))
 
     # ------------------------------------------------------------------ affine layers
     def linear(self, weight, bias, where: str) -> None:
@@ -102,11 +137,70 @@ class LayerBuilder:
     # ------------------------------------------------------------------ other layers
     def relu(self, where: str) -> None:
         self._emit_pending(where)
+        if self.current != len(self.layers):  # a ReLU reads the tensor just before it: copy
+            self._append(Reshape(self.shape), where)
         self._append(ReLU(), where)
 
     def avgpool(self, kernel_size, stride, padding, where: str) -> None:
         self._emit_pending(where)
         self._append(AvgPool2d(kernel_size, stride, padding), where)
+
+    def pad(self, padding, where: str) -> None:
+        """Zero padding of an image by ``padding`` = (rows, cols) on both sides."""
+        if len(self.shape) != 3:
+            raise ModelLoadError(f"{where}: padding needs an image (C, H, W); got shape {self.shape}")
+        self._emit_pending(where)
+        channels = self.shape[0]
+        weight = np.ones((channels, 1, 1, 1))
+        self._append(Conv2d(weight, np.zeros(channels), (1, 1), _pair(padding), (1, 1), channels, fixed=True), where)
+
+    def maxpool(self, kernel_size, stride, where: str) -> None:
+        """Max pooling without padding, lowered to convolutions, ReLUs and Adds (exact)."""
+        if len(self.shape) != 3:
+            raise ModelLoadError(f"{where}: max pooling needs an image (C, H, W); got shape {self.shape}")
+        (kh, kw), (sh, sw) = _pair(kernel_size), _pair(stride)
+        channels, height, width = self.shape
+        if height < kh or width < kw:
+            raise ModelLoadError(f"{where}: a {kh}x{kw} max pool does not fit an input of shape {self.shape}")
+        source = self.materialize(where)
+        # Round 0 reads the window's elements straight from the input (a strided kxk selection);
+        # later rounds read the previous round's candidates (1x1 convolutions), n per channel.
+        candidates = [np.eye(kh * kw)[j].reshape(kh, kw) for j in range(kh * kw)]
+        kernel, conv_stride, n = (kh, kw), (sh, sw), kh * kw
+        while n > 1:
+            pairs, carried = n // 2, n % 2
+            kept = pairs + carried
+            first = [candidates[2 * i] for i in range(pairs)] + ([candidates[-1]] if carried else [])
+            difference = [candidates[2 * i + 1] - candidates[2 * i] for i in range(pairs)]
+            self.switch_to(source, where)
+            self._append(self._grouped(difference, channels, kernel, conv_stride), where)
+            self._append(ReLU(), where)
+            rectified = self.current
+            if carried:  # place the pairs' maxima among the kept slots (the carried one gets 0)
+                slots = [(np.eye(pairs)[j] if j < pairs else np.zeros(pairs)).reshape(pairs, 1, 1) for j in range(kept)]
+                self._append(self._grouped(slots, channels, (1, 1), (1, 1)), where)
+                rectified = self.current
+            self.switch_to(source, where)
+            self._append(self._grouped(first, channels, kernel, conv_stride), where)
+            self._append(Add(), where, (self.current, rectified))
+            source = self.materialize(where)
+            candidates = [np.eye(kept)[i].reshape(kept, 1, 1) for i in range(kept)]
+            kernel, conv_stride, n = (1, 1), (1, 1), kept
+        if kh * kw == 1:  # a 1x1 pool is a strided selection
+            self._append(self._grouped(candidates, channels, kernel, conv_stride), where)
+
+    @staticmethod
+    def _grouped(kernels: list, channels: int, kernel, stride) -> Conv2d:
+        """A fixed grouped convolution applying each kernel of ``kernels`` to every channel's group.
+
+        ``kernels`` are arrays of shape (kh, kw) (one input channel per group) or
+        (n, 1, 1) (n input channels per group). Output channel ``c * len(kernels) + j`` is kernel j
+        on channel group c.
+        """
+        stacked = np.stack([np.asarray(k, dtype=np.float64).reshape(-1, *kernel) for k in kernels])
+        q = stacked.shape[0]
+        weight = np.tile(stacked, (channels, 1, 1, 1))
+        return Conv2d(weight, np.zeros(channels * q), stride, (0, 0), (1, 1), channels, fixed=True)
 
     def flatten(self, where: str) -> None:
         """Row-major flatten; a no-op on vectors. A pending map is carried through."""
@@ -132,7 +226,7 @@ class LayerBuilder:
             old_scale, old_shift = self._pending
             self._pending = (scale * old_scale, scale * old_shift + shift)
             return
-        last = self.layers[-1] if self.layers else None
+        last = self.layers[-1] if len(self.layers) > self._frozen and self.current == len(self.layers) else None
         if isinstance(last, Linear):
             self.layers[-1] = Linear(last.weight.numpy() * scale[:, None], last.bias.numpy() * scale + shift)
             return
@@ -142,28 +236,37 @@ class LayerBuilder:
                 s, t = per_channel
                 self.layers[-1] = Conv2d(
                     last.weight.numpy() * s[:, None, None, None], last.bias.numpy() * s + t,
-                    last.stride, last.padding, last.dilation, last.groups,
+                    last.stride, last.padding, last.dilation, last.groups, last.fixed,
                 )
                 return
         self._pending = (scale, shift)
 
     def finish(self, where: str) -> list:
-        """The layers, with any pending map emitted. An empty model becomes an identity Linear."""
+        """The layers, with any pending map emitted. An empty model becomes an identity Linear.
+
+        The network's output is the current tensor; :attr:`sources` then holds what each layer reads.
+        """
         self._emit_pending(where)
         if not self.layers:
             if len(self.shape) != 1:
                 raise ModelLoadError(f"{where}: the model computes nothing (no layer) on inputs of shape {self.shape}")
             size = self.shape[0]
-            self.layers.append(Linear(np.eye(size), np.zeros(size)))
+            self._append(Linear(np.eye(size), np.zeros(size)), where)
+        if self.current != len(self.layers):  # the output is an earlier tensor: copy it to the end
+            self._append(Reshape(self.shape), where)
         return list(self.layers)
 
     # ------------------------------------------------------------------ helpers
-    def _append(self, layer, where: str) -> None:
+    def _append(self, layer, where: str, sources: tuple[int, ...] | None = None) -> None:
+        sources = (self.current,) if sources is None else sources
         try:
-            self.shape = tuple(layer.output_shape(self.shape))
+            self.shape = tuple(layer.output_shape(*(self.shapes[s] for s in sources)))
         except ModelLoadError as exc:
             raise ModelLoadError(f"{where}: {exc}") from None
         self.layers.append(layer)
+        self.sources.append(tuple(sources))
+        self.shapes.append(self.shape)
+        self.current = len(self.layers)
 
     def _per_channel(self, scale: np.ndarray, shift: np.ndarray):
         """``(scale[C], shift[C])`` if the map on a (C, H, W) tensor is constant over pixels, else None."""

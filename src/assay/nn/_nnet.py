@@ -111,7 +111,7 @@ def load_nnet(path, input_shape=None) -> Network:
         builder.linear(weight, bias, where)
         if k != last:
             builder.relu(where)
-    return Network(tuple(builder.finish(str(path))), (input_size,), "X", "Y", str(path))
+    return Network(tuple(builder.finish(str(path))), (input_size,), "X", "Y", str(path), sources=tuple(builder.sources))
 
 
 def read_nnet_input_bounds(path) -> tuple[np.ndarray, np.ndarray]:

@@ -2,18 +2,21 @@
 
 Contract:
 
-* The graph must be a chain: one graph input that is not an initializer, one graph output, and
-  every node reads the output of the previous computing node plus constants (initializers or
-  ``Constant`` nodes). Branches and skip connections raise :class:`ModelLoadError`.
+* The graph has one graph input that is not an initializer and one graph output; nodes come in
+  topological order (as ONNX requires). Every node reads one activation tensor plus constants
+  (initializers or ``Constant`` nodes), except ``Add`` of two activations (a residual
+  connection). Branches and skip connections are kept as a graph (:class:`Network` ``sources``).
 * Supported operators (:data:`SUPPORTED_OPERATORS`): ``Gemm`` (``transA=0``, any ``alpha``,
   ``beta``, ``transB``), ``MatMul`` with a constant matrix (either side for a batch-less vector
   input, else on the right), ``Add``/``Sub``/``Mul``/``Div`` with a constant (a bias, or input
-  normalisation; ``Div`` only by a constant), ``Conv`` (2-D, symmetric ``pads``, ``auto_pad``
-  NOTSET or VALID, any ``strides``, ``dilations``, ``group``), ``Relu``, ``AveragePool``
-  (``count_include_pad=1`` or no padding), ``Flatten`` (``axis=1``), ``Reshape`` when it is a
-  flatten to ``(batch, -1)``, ``BatchNormalization`` (inference), ``Identity``, ``Dropout``
-  (inference: ignored), ``Constant``. Any other operator raises
-  :class:`UnsupportedOperatorError` naming the operator, the node and the file.
+  normalisation; ``Div`` only by a constant), ``Add`` of two activations, ``Conv`` (2-D,
+  symmetric ``pads``, ``auto_pad`` NOTSET or VALID, any ``strides``, ``dilations``, ``group``),
+  ``Relu``, ``AveragePool`` (``count_include_pad=1`` or no padding), ``MaxPool`` (2-D, no
+  padding, lowered exactly to convolutions, ReLUs and Adds), ``Pad`` (constant 0, symmetric over
+  the image's rows and columns), ``Flatten`` (``axis=1``), ``Reshape`` when it is a flatten to
+  ``(batch, -1)``, ``BatchNormalization`` (inference), ``Identity``, ``Dropout`` (inference:
+  ignored), ``Constant``. Any other operator raises :class:`UnsupportedOperatorError` naming the
+  operator, the node and the file.
 * Elementwise affine maps (``Sub``, ``Div``, ``Mul``, ``Add``, ``BatchNormalization``) are folded
   into the neighbouring ``Linear``/``Conv2d`` (see :mod:`assay.nn._build`); the result is exact in
   real arithmetic, computed in float64.
@@ -45,7 +48,7 @@ __all__ = ["SUPPORTED_OPERATORS", "load_onnx"]
 
 SUPPORTED_OPERATORS = (
     "Add", "AveragePool", "BatchNormalization", "Constant", "Conv", "Div", "Dropout", "Flatten",
-    "Gemm", "Identity", "MatMul", "Mul", "Relu", "Reshape", "Sub",
+    "Gemm", "Identity", "MatMul", "MaxPool", "Mul", "Pad", "Relu", "Reshape", "Sub",
 )
 _ROW_WISE = {"MatMul", "Add", "Sub", "Mul", "Div", "Relu", "Identity", "Dropout", "Constant"}
 _FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
@@ -135,16 +138,21 @@ class _Converter:
 
         self.builder = LayerBuilder(shape)
         self.current = graph_input.name
+        self.tensors = {graph_input.name: 0}  # activation names other nodes may read → tensor index
+        output_name = graph.output[0].name
+        self.readers: dict[str, int] = {output_name: 1}
+        for node in graph.node:
+            for name in node.input:
+                self.readers[name] = self.readers.get(name, 0) + 1
         for index, node in enumerate(graph.node):
             self._node(index, node)
-        output_name = graph.output[0].name
+        where = f"{self.name}: end of the graph"
         if self.current != output_name:
-            raise ModelLoadError(
-                f"{self.name}: the chain of nodes ends in tensor '{self.current}' but the graph output is "
-                f"'{output_name}'; assay loads chains of layers whose last node produces the output"
-            )
-        layers = self.builder.finish(f"{self.name}: end of the graph")
-        return Network(tuple(layers), shape, graph_input.name, output_name, self.name)
+            if output_name not in self.tensors:
+                raise ModelLoadError(f"{where}: no node produces the graph output '{output_name}' from the input")
+            self._use(output_name, where)
+        layers = self.builder.finish(where)
+        return Network(tuple(layers), shape, graph_input.name, output_name, self.name, sources=tuple(self.builder.sources))
 
     def _row_wise(self) -> bool:
         ops = {node.op_type for node in self.graph.node}
@@ -190,19 +198,29 @@ class _Converter:
             self.constants[node.output[0]] = self._constant_value(node, where)
             return
         names = [n for n in node.input if n]
-        unknown = [n for n in names if n != self.current and n not in self.constants]
+        activations = [n for n in names if n not in self.constants]
+        unknown = [n for n in activations if n != self.current and n not in self.tensors]
         if unknown:
             raise ModelLoadError(
-                f"{where} reads tensor '{unknown[0]}', which is neither the output of the previous node nor a "
-                "constant; assay loads chains of layers (no branches or skip connections)"
+                f"{where} reads tensor '{unknown[0]}', which is neither a constant nor produced by an earlier node "
+                "from the input; check that the model's nodes are in topological order"
             )
-        if self.current not in names:
+        if not activations:
             self._constant_node(op, node, where)
             return
-        if names.count(self.current) > 1:
+        if len(activations) != len(set(activations)):
             raise UnsupportedOperatorError(f"{where} uses the network's activation twice (e.g. x*x); that is not affine")
+        if len(activations) > 1 and op != "Add":
+            raise UnsupportedOperatorError(
+                f"{where} combines {len(activations)} activation tensors; assay supports that only for Add "
+                "(a residual connection)"
+            )
         try:
-            getattr(self, f"_op_{op}")(node, _attributes(node), where)
+            if len(activations) == 2:
+                self._residual_add(activations, where)
+            else:
+                self._use(activations[0], where)
+                getattr(self, f"_op_{op}")(node, _attributes(node), where)
         except AssayError as exc:
             if where in str(exc):
                 raise
@@ -210,6 +228,25 @@ class _Converter:
         except (ValueError, IndexError, KeyError, TypeError) as exc:
             raise ModelLoadError(f"{where}: inconsistent operands ({exc}); check the model's shapes") from exc
         self.current = node.output[0]
+        if self.readers.get(self.current, 0) > 1:  # several nodes read it: give it a tensor of its own
+            self.tensors[self.current] = self.builder.materialize(where)
+
+    def _use(self, name: str, where: str) -> None:
+        """Make activation ``name`` the builder's current tensor (leaving the current one readable)."""
+        if name == self.current:
+            return
+        self.tensors[self.current] = self.builder.materialize(where)
+        self.builder.switch_to(self.tensors[name], where)
+        self.current = name
+
+    def _residual_add(self, activations: list[str], where: str) -> None:
+        first, second = activations
+        if second == self.current:  # continue from the current tensor where possible
+            first, second = second, first
+        self._use(first, where)
+        if second not in self.tensors:
+            raise ModelLoadError(f"{where}: tensor '{second}' was not kept for a second reader")
+        self.builder.add(self.tensors[second], where)
 
     def _constant_value(self, node, where: str) -> np.ndarray:
         from onnx import numpy_helper
@@ -378,6 +415,49 @@ class _Converter:
                 (n + 2 * p - k) % s for n, p, k, s in zip(self.builder.shape[1:], padding, kernel, stride)):
             raise UnsupportedOperatorError(f"{where}: ceil_mode=1 adds partial windows; export with ceil_mode=0")
         self.builder.avgpool(kernel, stride, padding, where)
+
+    def _op_MaxPool(self, node, attrs, where):
+        self._require_batch(where, "MaxPool")
+        kernel = tuple(attrs["kernel_shape"])
+        if len(kernel) != 2:
+            raise UnsupportedOperatorError(f"{where}: only 2-D max pooling is supported; kernel_shape={kernel}")
+        stride = tuple(attrs.get("strides", (1, 1)))
+        if any(self._padding(attrs, where)):
+            raise UnsupportedOperatorError(
+                f"{where}: max pooling with padding is not supported (its padding is −∞, not 0); export without pads"
+            )
+        if any(d != 1 for d in attrs.get("dilations", (1, 1))) or attrs.get("storage_order", 0):
+            raise UnsupportedOperatorError(f"{where}: dilated max pooling and storage_order=1 are not supported")
+        if len([o for o in node.output if o]) > 1:
+            raise UnsupportedOperatorError(f"{where}: MaxPool's Indices output is not supported")
+        if attrs.get("ceil_mode", 0) and len(self.builder.shape) == 3 and any(
+                (n - k) % s for n, k, s in zip(self.builder.shape[1:], kernel, stride)):
+            raise UnsupportedOperatorError(f"{where}: ceil_mode=1 adds partial windows; export with ceil_mode=0")
+        self.builder.maxpool(kernel, stride, where)
+
+    def _op_Pad(self, node, attrs, where):
+        mode = attrs.get("mode", b"constant")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        if "pads" in attrs:
+            pads = [int(p) for p in attrs["pads"]]
+            value = float(attrs.get("value", 0.0))
+        else:
+            pads = [int(p) for p in np.asarray(self.constants[node.input[1]]).reshape(-1)]
+            value = float(np.asarray(self.constants[node.input[2]]).reshape(-1)[0]) if len(node.input) > 2 and \
+                node.input[2] else 0.0
+        if len(node.input) > 3 and node.input[3]:
+            raise UnsupportedOperatorError(f"{where}: Pad with an axes input is not supported")
+        if not any(pads):
+            return  # pads nothing
+        rank = len(pads) // 2
+        begin, end = pads[:rank], pads[rank:]
+        if mode != "constant" or value != 0.0:
+            raise UnsupportedOperatorError(f"{where}: only zero padding is supported; got mode={mode!r}, value={value}")
+        if self.lead != 1 or rank != 4 or any(begin[:2]) or any(end[:2]) or begin[2:] != end[2:]:
+            raise UnsupportedOperatorError(
+                f"{where}: pads={pads} must pad only an image's rows and columns, the same on both sides"
+            )
+        self.builder.pad(tuple(begin[2:]), where)
 
     def _op_BatchNormalization(self, node, attrs, where):
         if attrs.get("training_mode", 0) or attrs.get("spatial", 1) != 1 or len([o for o in node.output if o]) > 1:

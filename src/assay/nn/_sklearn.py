@@ -54,4 +54,4 @@ def load_sklearn(estimator, input_shape=None) -> Network:
         builder.linear(np.asarray(coef, dtype=np.float64).T, np.asarray(intercept, dtype=np.float64), where)
         if k != last:
             builder.relu(where)
-    return Network(tuple(builder.finish(source)), (input_size,), "X", "Y", source)
+    return Network(tuple(builder.finish(source)), (input_size,), "X", "Y", source, sources=tuple(builder.sources))

@@ -73,7 +73,7 @@ def load_torch(model: nn.Module, input_shape=None) -> Network:
             if where in str(exc):
                 raise
             raise type(exc)(f"{where}: {exc}") from exc
-    return Network(tuple(builder.finish(f"{_SOURCE}: end of the model")), shape, "X", "Y", _SOURCE)
+    return Network(tuple(builder.finish(f"{_SOURCE}: end of the model")), shape, "X", "Y", _SOURCE, sources=tuple(builder.sources))
 
 
 def _convert(module: nn.Module, builder: LayerBuilder, where: str) -> None:

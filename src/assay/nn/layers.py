@@ -2,7 +2,9 @@
 
 Each layer is a frozen value holding float64 parameters. Layers operate on a batch: an input
 of shape ``(batch, *in_shape)`` gives an output of shape ``(batch, *out_shape)``. Convolution
-and pooling use channel-first images ``(C, H, W)`` as in ONNX and torch.
+and pooling use channel-first images ``(C, H, W)`` as in ONNX and torch. Every layer reads one
+tensor except :class:`Add`, which sums two (residual connections); which tensors a layer reads
+is the :class:`~assay.nn.Network`'s business (its ``sources``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import torch.nn.functional as F
 
 from assay.errors import ModelLoadError
 
-__all__ = ["Layer", "Linear", "Conv2d", "ReLU", "AvgPool2d", "Flatten", "AFFINE_LAYERS"]
+__all__ = ["Layer", "Linear", "Conv2d", "ReLU", "AvgPool2d", "Flatten", "Reshape", "Add", "AFFINE_LAYERS"]
 
 
 def _as_float64(tensor, name: str) -> torch.Tensor:
@@ -68,7 +70,12 @@ class Linear:
 
 @dataclass(frozen=True, eq=False)
 class Conv2d:
-    """2-D cross-correlation with symmetric zero ``padding`` (rows, cols), ``stride`` and ``groups``."""
+    """2-D cross-correlation with symmetric zero ``padding`` (rows, cols), ``stride`` and ``groups``.
+
+    ``fixed=True`` marks a structural convolution that a loader built (zero padding, the
+    selections of a lowered MaxPool): its weights are not model parameters, so analyses that
+    perturb or fine-tune weights leave it alone.
+    """
 
     weight: torch.Tensor
     bias: torch.Tensor
@@ -76,6 +83,7 @@ class Conv2d:
     padding: tuple[int, int] = (0, 0)
     dilation: tuple[int, int] = (1, 1)
     groups: int = 1
+    fixed: bool = False
 
     def __post_init__(self):
         weight = _as_float64(self.weight, "weight of a Conv2d layer")
@@ -91,6 +99,7 @@ class Conv2d:
         object.__setattr__(self, "padding", _pair(self.padding))
         object.__setattr__(self, "dilation", _pair(self.dilation))
         object.__setattr__(self, "groups", int(self.groups))
+        object.__setattr__(self, "fixed", bool(self.fixed))
 
     def output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
         if len(input_shape) != 3 or input_shape[0] != self.weight.shape[1] * self.groups:
@@ -111,7 +120,7 @@ class Conv2d:
 
     @property
     def num_parameters(self) -> int:
-        return self.weight.numel() + self.bias.numel()
+        return 0 if self.fixed else self.weight.numel() + self.bias.numel()
 
 
 @dataclass(frozen=True)
@@ -151,7 +160,8 @@ class AvgPool2d:
         """The same map as a depthwise convolution (used by bound propagation)."""
         kh, kw = self.kernel_size
         weight = torch.full((channels, 1, kh, kw), 1.0 / (kh * kw), dtype=torch.float64)
-        return Conv2d(weight, torch.zeros(channels, dtype=torch.float64), self.stride, self.padding, (1, 1), channels)
+        return Conv2d(weight, torch.zeros(channels, dtype=torch.float64), self.stride, self.padding, (1, 1), channels,
+                      fixed=True)
 
     num_parameters = 0
 
@@ -190,5 +200,19 @@ class Reshape:
     num_parameters = 0
 
 
-Layer = Linear | Conv2d | ReLU | AvgPool2d | Flatten | Reshape
+@dataclass(frozen=True)
+class Add:
+    """The elementwise sum of two tensors of the same shape (a residual connection)."""
+
+    def output_shape(self, first: tuple[int, ...], second: tuple[int, ...] | None = None) -> tuple[int, ...]:
+        if second is not None and first != second:
+            raise ModelLoadError(f"an Add layer sums tensors of shapes {first} and {second}, which differ")
+        return first
+
+    num_parameters = 0
+
+
+Layer = Linear | Conv2d | ReLU | AvgPool2d | Flatten | Reshape | Add
+# How many tensors each layer type reads (every other layer reads one).
+ARITY = {Add: 2}
 AFFINE_LAYERS = (Linear, Conv2d)

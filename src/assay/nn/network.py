@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from assay.errors import DataError, ModelLoadError
-from assay.nn.layers import AvgPool2d, Conv2d, Flatten, Layer, Linear, ReLU, Reshape
+from assay.nn.layers import ARITY, Add, AvgPool2d, Conv2d, Flatten, Layer, Linear, ReLU, Reshape
 
 __all__ = ["Network"]
 
@@ -26,18 +26,27 @@ def resolve_dtype(dtype) -> torch.dtype:
 
 @dataclass(frozen=True, eq=False)
 class Network:
-    """An ordered list of layers applied to inputs of shape ``(batch, *input_shape)``.
+    """A graph of layers, in topological order, applied to inputs of shape ``(batch, *input_shape)``.
 
-    Layers are :class:`Linear`, :class:`Conv2d`, :class:`ReLU`, :class:`AvgPool2d` and
-    :class:`Flatten` (and :class:`Reshape`, which analyses build); loaders fold batch normalisation and input normalisation into the
-    neighbouring affine layers. Parameters are stored in float64; :meth:`forward` runs in
-    float32 or float64.
+    Layers are :class:`Linear`, :class:`Conv2d`, :class:`ReLU`, :class:`AvgPool2d`,
+    :class:`Flatten`, :class:`Reshape` and :class:`Add`; loaders fold batch normalisation and
+    input normalisation into the neighbouring affine layers and lower MaxPool to convolutions,
+    ReLUs and Adds (``max(a, b) = a + relu(b − a)``, exact). Parameters are stored in float64;
+    :meth:`forward` runs in float32 or float64.
+
+    The network's tensors are numbered: tensor 0 is the input and tensor ``i + 1`` the output of
+    layer ``i``; the last one is the network's output. ``sources[i]`` names the tensors layer
+    ``i`` reads (earlier ones only); omitted, every layer reads the previous one (a chain).
+    A ReLU always reads the tensor just before it (``sources[i] == (i,)``), so ``shapes[i]`` is
+    the shape of its pre-activations; loaders keep to this.
 
     Attributes:
-        layers: the layers, in order.
+        layers: the layers, in topological order.
         input_shape: the shape of one input, without the batch dimension.
         input_name, output_name: names from the source model (ONNX), for messages and VNN-LIB.
         source: where the network came from (a path or a description), for messages.
+        sources: per layer, the indices of the tensors it reads.
+        shapes: the shape of every tensor (``shapes[0]`` the input, ``shapes[-1]`` the output).
     """
 
     layers: tuple[Layer, ...]
@@ -45,6 +54,7 @@ class Network:
     input_name: str = "X"
     output_name: str = "Y"
     source: str = "<network>"
+    sources: tuple[tuple[int, ...], ...] | None = None
     shapes: tuple[tuple[int, ...], ...] = field(init=False, repr=False)
     _cast_cache: dict = field(init=False, repr=False, compare=False)
 
@@ -53,18 +63,39 @@ class Network:
         input_shape = tuple(int(d) for d in self.input_shape)
         if not layers:
             raise ModelLoadError(f"{self.source}: the network has no layers")
+        if self.sources is None:
+            sources = tuple((index,) for index in range(len(layers)))
+        else:
+            sources = tuple(tuple(int(s) for s in entry) for entry in self.sources)
+            if len(sources) != len(layers):
+                raise ModelLoadError(f"{self.source}: {len(sources)} source entries for {len(layers)} layers")
         shapes = [input_shape]
-        for index, layer in enumerate(layers):
-            if not isinstance(layer, (Linear, Conv2d, ReLU, AvgPool2d, Flatten, Reshape)):
-                raise ModelLoadError(f"{self.source}: layer {index} is a {type(layer).__name__}, not an assay layer")
+        for index, (layer, reads) in enumerate(zip(layers, sources)):
+            kind = type(layer).__name__
+            if not isinstance(layer, (Linear, Conv2d, ReLU, AvgPool2d, Flatten, Reshape, Add)):
+                raise ModelLoadError(f"{self.source}: layer {index} is a {kind}, not an assay layer")
+            arity = ARITY.get(type(layer), 1)
+            if len(reads) != arity or not all(0 <= s <= index for s in reads):
+                raise ModelLoadError(
+                    f"{self.source}: layer {index} ({kind}) reads tensors {list(reads)}; it must read {arity} of the "
+                    f"tensors 0..{index} (the input or earlier layers' outputs)"
+                )
+            if isinstance(layer, ReLU) and reads != (index,):
+                raise ModelLoadError(f"{self.source}: ReLU layer {index} must read the tensor just before it ({index})")
             try:
-                shapes.append(layer.output_shape(shapes[-1]))
+                shapes.append(layer.output_shape(*(shapes[s] for s in reads)))
             except ModelLoadError as exc:
-                raise ModelLoadError(f"{self.source}: layer {index} ({type(layer).__name__}): {exc}") from None
+                raise ModelLoadError(f"{self.source}: layer {index} ({kind}): {exc}") from None
         object.__setattr__(self, "layers", layers)
         object.__setattr__(self, "input_shape", input_shape)
+        object.__setattr__(self, "sources", sources)
         object.__setattr__(self, "shapes", tuple(shapes))
         object.__setattr__(self, "_cast_cache", {})
+
+    @property
+    def is_chain(self) -> bool:
+        """True when every layer reads the previous layer's output (no branches)."""
+        return all(reads == (index,) for index, reads in enumerate(self.sources))
 
     # ------------------------------------------------------------------ shape facts
     @property
@@ -121,15 +152,34 @@ class Network:
                 f"got {tuple(x.shape)}"
             )
         with torch.no_grad():
-            for index in range(len(self.layers)):
-                x = self.apply_layer(index, x)
+            x = self.tensors(x)[-1]
         return x[0] if unbatched else x
 
     __call__ = forward
 
-    def apply_layer(self, index: int, x: torch.Tensor) -> torch.Tensor:
-        """Apply layer ``index`` to a batch ``x`` in ``x``'s dtype."""
+    def tensors(self, x: torch.Tensor, *, keep_grad: bool = False) -> list[torch.Tensor]:
+        """Every tensor of the network on a batch ``x`` (in ``x``'s dtype): ``[input, layer 0's
+        output, ...]``, so ``tensors(x)[i]`` for a ReLU layer ``i`` are its pre-activations.
+
+        ``keep_grad=True`` keeps the computation differentiable (for attacks); otherwise call
+        it under ``torch.no_grad()`` or accept the autograd cost.
+        """
+        values = [x]
+        for index, reads in enumerate(self.sources):
+            values.append(self.apply_layer(index, *(values[s] for s in reads)))
+        return values
+
+    def pre_activations(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """The inputs of every ReLU layer on a batch ``x``, in order (float64 for float64 x)."""
+        with torch.no_grad():
+            values = self.tensors(x)
+        return [values[i] for i in self.relu_indices]
+
+    def apply_layer(self, index: int, x: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
+        """Apply layer ``index`` to the batch(es) it reads, in ``x``'s dtype."""
         layer = self.layers[index]
+        if isinstance(layer, Add):
+            return x + others[0]
         if isinstance(layer, (Linear, Conv2d)):
             weight, bias = self.parameters_as(index, x.dtype)
             return layer.apply(x, weight, bias)
@@ -142,22 +192,30 @@ class Network:
         return x.reshape(x.shape[0], -1)
 
     def summary(self) -> list[dict]:
-        """One row per layer: index, kind, output shape, parameter count (for `assay info`)."""
+        """One row per layer: index, kind, the tensors it reads, shapes, parameter count (for `assay info`)."""
         rows = []
         for index, layer in enumerate(self.layers):
             rows.append(
                 {
                     "index": index,
                     "layer": type(layer).__name__,
-                    "input_shape": list(self.shapes[index]),
+                    "reads": list(self.sources[index]),
+                    "input_shape": list(self.shapes[self.sources[index][0]]),
                     "output_shape": list(self.shapes[index + 1]),
                     "parameters": layer.num_parameters,
                 }
             )
         return rows
 
-    def to_torch(self) -> torch.nn.Sequential:
-        """An equivalent float64 ``torch.nn.Sequential`` (for attacks and training-free checks)."""
+    def to_torch(self) -> torch.nn.Module:
+        """An equivalent float64 torch module (for attacks and training-free checks): a
+        ``torch.nn.Sequential`` for a chain, else a module that evaluates the graph."""
+        modules = self._torch_modules()
+        if self.is_chain:
+            return torch.nn.Sequential(*modules)
+        return _GraphModule(modules, self.sources)
+
+    def _torch_modules(self) -> list[torch.nn.Module]:
         modules = []
         for layer in self.layers:
             if isinstance(layer, Linear):
@@ -177,8 +235,39 @@ class Network:
             elif isinstance(layer, AvgPool2d):
                 module = torch.nn.AvgPool2d(layer.kernel_size, layer.stride, layer.padding, count_include_pad=True)
             elif isinstance(layer, Reshape):
-                module = torch.nn.Unflatten(1, layer.shape) if len(layer.shape) > 1 else torch.nn.Flatten()
+                module = _Reshape(layer.shape)
+            elif isinstance(layer, Add):
+                module = _Sum()
             else:
                 module = torch.nn.Flatten()
             modules.append(module)
-        return torch.nn.Sequential(*modules)
+        return modules
+
+
+class _Reshape(torch.nn.Module):
+    def __init__(self, shape: tuple[int, ...]):
+        super().__init__()
+        self.shape = shape
+
+    def forward(self, x):
+        return x.reshape(x.shape[0], *self.shape)
+
+
+class _Sum(torch.nn.Module):
+    def forward(self, a, b):
+        return a + b
+
+
+class _GraphModule(torch.nn.Module):
+    """Evaluates a :class:`Network`'s graph with torch modules (what ``to_torch`` returns for non-chains)."""
+
+    def __init__(self, modules: list[torch.nn.Module], sources: tuple[tuple[int, ...], ...]):
+        super().__init__()
+        self.steps = torch.nn.ModuleList(modules)
+        self.sources = sources
+
+    def forward(self, x):
+        values = [x]
+        for module, reads in zip(self.steps, self.sources):
+            values.append(module(*(values[s] for s in reads)))
+        return values[-1]

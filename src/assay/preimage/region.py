@@ -100,11 +100,17 @@ def _fold(network: Network, free: torch.Tensor, fixed: torch.Tensor) -> Network:
     P = torch.zeros(n, k, dtype=torch.float64)
     P[free, torch.arange(k)] = 1.0
     first = network.layers[0]
-    if isinstance(first, Linear) and len(network.input_shape) == 1:
+    only_first_reads_input = all(0 not in reads for reads in network.sources[1:])
+    if isinstance(first, Linear) and len(network.input_shape) == 1 and only_first_reads_input:
         layers = (Linear(first.weight @ P, first.weight @ fixed + first.bias), *network.layers[1:])
+        sources = network.sources
     else:
-        layers = (Linear(P, fixed.clone()),)
+        front = (Linear(P, fixed.clone()),)
         if len(network.input_shape) != 1:
-            layers += (Reshape(network.input_shape),)
-        layers += tuple(network.layers)
-    return Network(layers, (k,), network.input_name, network.output_name, f"{network.source} (free inputs only)")
+            front += (Reshape(network.input_shape),)
+        layers = front + tuple(network.layers)
+        # the original network now reads tensor len(front) where it read its input
+        sources = tuple((i,) for i in range(len(front))) + tuple(
+            tuple(s + len(front) for s in reads) for reads in network.sources)
+    return Network(layers, (k,), network.input_name, network.output_name, f"{network.source} (free inputs only)",
+                   sources=sources)

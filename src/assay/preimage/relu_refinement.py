@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from assay.bounds import AlphaCrownOptions, BetaCrownOptions, compute_bounds, gradient_bounds
-from assay.nn import Network, ReLU
+from assay.nn import Network
 from assay.preimage.refinement import RefinementCounters, check_samples, satisfies, stack_samples, volume_objective
 from assay.verify.search import BoundedBranches, Branches, LeafDecision
 
@@ -38,14 +38,7 @@ DEFAULT_HEURISTIC_WEIGHTS = {"stable": 1.0, "sensitivity": 1.0, "gap": 0.25, "ba
 
 def pre_activations(network: Network, z: torch.Tensor) -> list[torch.Tensor]:
     """Every ReLU layer's inputs (flat, (N, n_l)) for points z (N, k), float64."""
-    x = z.to(torch.float64)
-    found = []
-    with torch.no_grad():
-        for index, layer in enumerate(network.layers):
-            if isinstance(layer, ReLU):
-                found.append(x.reshape(x.shape[0], -1))
-            x = network.apply_layer(index, x)
-    return found
+    return [p.reshape(p.shape[0], -1) for p in network.pre_activations(z.to(torch.float64))]
 
 
 class ReluPreimageRefinement:

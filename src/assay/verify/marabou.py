@@ -11,6 +11,7 @@ import os
 import tempfile
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +65,8 @@ def export_onnx(network: Network, path) -> Path:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
+    if not network.is_chain:
+        raise UnsupportedError("export_onnx writes chains of layers; this network has branches")
     nodes, initializers = [], []
     current = "input"
     for index, layer in enumerate(network.layers):
@@ -106,4 +109,4 @@ def float32_rounded(network: Network) -> Network:
         if isinstance(layer, Linear):
             layer = Linear(layer.weight.to(torch.float32), layer.bias.to(torch.float32))
         layers.append(layer)
-    return Network(tuple(layers), network.input_shape)
+    return replace(network, layers=tuple(layers))

@@ -162,13 +162,10 @@ class ReluTree:
         x = torch.as_tensor(rng.uniform(size=(COVERAGE_SAMPLES, query.lower.numel())), dtype=torch.float64)
         x = query.lower + x * (query.upper - query.lower)
         negative, positive = [], []
-        h = x.reshape(-1, *network.input_shape)
-        for index in range(len(network.layers)):
-            if index in network.relu_indices:
-                flat = h.reshape(h.shape[0], -1)
-                negative.append(flat < 0)
-                positive.append(flat > 0)
-            h = network.apply_layer(index, h)
+        for z in network.pre_activations(x.reshape(-1, *network.input_shape)):
+            flat = z.reshape(z.shape[0], -1)
+            negative.append(flat < 0)
+            positive.append(flat > 0)
         negative, positive = torch.cat(negative, 1).to(torch.float32), torch.cat(positive, 1).to(torch.float32)
         covered = torch.ones(x.shape[0], dtype=torch.bool)
         for leaves in self.searches:

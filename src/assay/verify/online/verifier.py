@@ -569,7 +569,7 @@ def _same_architecture(old: Network, new: Network) -> Network:
         raise OptionError(f"update(network=...) takes an assay Network; got {type(new).__name__}")
     same = (new.input_shape == old.input_shape and len(new.layers) == len(old.layers)
             and all(type(a) is type(b) for a, b in zip(old.layers, new.layers))
-            and new.shapes == old.shapes
+            and new.shapes == old.shapes and new.sources == old.sources
             and all(a[0].shape == b[0].shape for a, b in zip(_parameters(old), _parameters(new))))
     if not same:
         raise SpecError(f"the updated network ({new.source}) must have the same layers and shapes as {old.source}")
@@ -598,7 +598,7 @@ def _with_weights(network: Network, weights) -> Network:
             raise SpecError(f"new weights for layer {index} have shape {tuple(weight.shape)}; expected "
                             f"{tuple(layer.weight.shape)}")
         layers[index] = replace(layer, weight=weight, bias=layer.bias if bias is None else bias)
-    return Network(tuple(layers), network.input_shape, network.input_name, network.output_name, network.source)
+    return replace(network, layers=tuple(layers))
 
 
 def _no_bounds(network: Network, count: int) -> IntermediateBounds:
