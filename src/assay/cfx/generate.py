@@ -22,11 +22,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from assay._validate import check_choice
+from assay.cfx._model import row_margins, target_rows
 from assay.cfx.apas import apas_test, sample_size
 from assay.cfx.features import FeatureTypes
-from assay.cfx.milp import Counterfactual, counterfactual, default_target
+from assay.cfx.milp import MIN_MARGIN, Counterfactual, counterfactual, default_target
 from assay.cfx.robustness import delta_robust, layer_deltas
-from assay.errors import OptionError
+from assay.errors import OptionError, UnsupportedError
 
 __all__ = ["RobustCounterfactual", "robust_counterfactual"]
 
@@ -42,10 +43,13 @@ class RobustCounterfactual:
         test: ``"exact"`` or ``"apas"``.
         deltas: δ per Linear layer.
         margin: the margin of the returned candidate.
-        candidates: how many candidates were tested.
-        confidence: 1.0 for the exact test (a proof); for APΔS ``1 − candidates·Rⁿ``.
+        candidates: how many margin steps were decided before the answer: the paper's count of
+            candidates (with ``search="skip"`` some were proven to fail without being tested).
+        confidence: 1.0 for the exact test (a proof); for APΔS ``1 − tested·Rⁿ``.
         guarantee: the statement, in words.
         seconds: wall time.
+        tested: how many candidates ran the robustness test (≤ ``candidates``).
+        solves: how many candidate MILPs were solved.
     """
 
     counterfactual: Counterfactual
@@ -57,6 +61,8 @@ class RobustCounterfactual:
     confidence: float
     guarantee: str
     seconds: float
+    tested: int = 1
+    solves: int = 1
 
     @property
     def x_cf(self):
@@ -65,7 +71,8 @@ class RobustCounterfactual:
     def to_json(self) -> dict:
         return {"counterfactual": self.counterfactual.to_json(), "robust": self.robust, "test": self.test,
                 "deltas": list(self.deltas), "margin": self.margin, "candidates": self.candidates,
-                "confidence": self.confidence, "guarantee": self.guarantee, "seconds": self.seconds}
+                "confidence": self.confidence, "guarantee": self.guarantee, "seconds": self.seconds,
+                "tested": self.tested, "solves": self.solves}
 
 
 def robust_counterfactual(
@@ -84,6 +91,7 @@ def robust_counterfactual(
     alpha: float = 0.999,
     rng: np.random.Generator | None = None,
     time_limit: float | None = None,
+    search: str = "skip",
 ) -> RobustCounterfactual:
     """Algorithm 2 with the exact (MILP-R) or the APΔS test (module docstring).
 
@@ -95,43 +103,166 @@ def robust_counterfactual(
         R, alpha: APΔS's parameters (paper: 0.995, 0.999).
         rng: APΔS's sampler (default: a fresh, unseeded generator).
         time_limit: seconds per MILP solve (None: no limit).
+        search: ``"skip"`` (default) or ``"steps"``. ``"steps"`` is the paper's loop: every margin
+            step is solved and tested in turn. ``"skip"`` returns the same first passing step but
+            proves most failing steps without solving them (exact test on one-hidden-layer networks
+            over non-negative features; elsewhere, and for APΔS, it is ``"steps"``): see
+            :func:`_skip_prefix`. The answer is the paper's up to ties between equally near points
+            (the solver may pick another of them).
     """
     started = time.perf_counter()
     check_choice(test, "test", "robust_counterfactual", ("exact", "apas"))
+    check_choice(search, "search", "robust_counterfactual", ("skip", "steps"))
     if not (0 <= initial_margin <= max_margin) or margin_step <= 0:
         raise OptionError("robust_counterfactual needs 0 ≤ initial_margin ≤ max_margin and margin_step > 0; got "
                           f"{initial_margin}, {margin_step}, {max_margin}")
     deltas = layer_deltas(network, delta)
+    if test == "apas" and len(set(deltas)) != 1:
+        raise OptionError("the APΔS test samples one δ for every layer; give delta as one number")
     if target is None:
         target = default_target(network, np.asarray(x, float).reshape(-1))
     rng = rng if rng is not None else np.random.default_rng()
     n = sample_size(R, alpha)
-    margin, tested, candidate = float(initial_margin), 0, None
+    # The paper's schedule, accumulated exactly as its loop does (m ← m + step), plus the margin
+    # after the last step (what an exhausted schedule reports).
+    margins = [float(initial_margin)]
+    while margins[-1] + margin_step <= max_margin + 1e-12:
+        margins.append(margins[-1] + margin_step)
+    exhausted = margins[-1] + margin_step
     cache: dict = {}  # every candidate is solved over the same feature box: bound it once
-    while margin <= max_margin + 1e-12:
-        candidate = counterfactual(network, x, distance, features, target, margin, time_limit=time_limit,
-                                   bounds_cache=cache)
-        if not candidate.found:
-            break
+    solved: dict[int, Counterfactual] = {}
+
+    def candidate(k: int) -> Counterfactual:
+        if k not in solved:
+            solved[k] = counterfactual(network, x, distance, features, target, margins[k], time_limit=time_limit,
+                                       bounds_cache=cache)
+        return solved[k]
+
+    fails_by_distance = _never
+    start = 0
+    if test == "exact" and search == "skip":
+        fails_by_distance, start = _skip_prefix(network, x, deltas, features, target, distance, time_limit, margins,
+                                                candidate)
+    tested = skipped = 0
+    last = None
+    for k in range(start, len(margins)):
+        last = candidate(k)
+        if not last.found:
+            return _result(last, False, test, deltas, margins[k], start + tested + skipped, tested, len(solved), n, R,
+                           alpha, started)
+        if fails_by_distance(last):  # proven not Δ-robust without the test (see _skip_prefix)
+            skipped += 1
+            continue
         tested += 1
         if test == "exact":
-            passed = delta_robust(network, candidate.x_cf, list(deltas), target, time_limit=time_limit).robust
+            passed = delta_robust(network, last.x_cf, list(deltas), target, time_limit=time_limit).robust
         else:
-            if len(set(deltas)) != 1:
-                raise OptionError("the APΔS test samples one δ for every layer; give delta as one number")
-            passed = apas_test(network, candidate.x_cf, deltas[0], target, R, alpha, rng=rng).passed
+            passed = apas_test(network, last.x_cf, deltas[0], target, R, alpha, rng=rng).passed
         if passed:
-            return _result(candidate, True, test, deltas, margin, tested, n, R, alpha, started)
-        margin += margin_step
-    return _result(candidate, False, test, deltas, margin, tested, n, R, alpha, started)
+            return _result(last, True, test, deltas, margins[k], start + tested + skipped, tested, len(solved), n, R,
+                           alpha, started)
+    if last is None:  # the whole schedule was proven to fail: report its last candidate, as the loop would
+        last = candidate(len(margins) - 1)
+    return _result(last, False, test, deltas, exhausted, start + tested + skipped, tested, len(solved), n, R, alpha,
+                   started)
 
 
-def _result(candidate, robust, test, deltas, margin, tested, n, R, alpha, started) -> RobustCounterfactual:
+def _never(candidate) -> bool:
+    return False
+
+
+def _skip_prefix(network, x, deltas, features, target, distance, time_limit, margins, candidate):
+    """The margin steps Algorithm 2 would test in vain, proven without testing them (``search="skip"``).
+
+    Let L be a proven lower bound on the distance of every Δ-robust counterfactual (the robust MILP
+    with the weakest requirement, :func:`assay.cfx.robust_milp.robust_distance_bound`; one hidden
+    layer only). A candidate nearer than L cannot pass the exact test. The candidate's distance
+    d_k never decreases along the schedule (each step only shrinks the feasible set), so the steps
+    with d_k < L form a prefix of the schedule, found with a few candidate solves: the step just
+    below the robust point's own margin first (usually the prefix's end), then a galloping search.
+    A small slack covers the solver's relative gap (1e-6), so a skipped step is always one the
+    paper's loop would have tested and rejected.
+
+    Returns ``(fails_by_distance, start)``: the predicate "this candidate is nearer than L" (also
+    applied to later candidates, which saves their test) and the first step left to test. Where the
+    bound does not apply, nothing is skipped.
+    """
+    from assay.cfx.robust_milp import robust_distance_bound  # robust_milp builds on this module
+
+    features = features if features is not None else FeatureTypes.continuous(network.input_size)
+    try:
+        point = features.check_input(x, "the input to explain")
+        bound, nearest = robust_distance_bound(network, point, deltas, features, target, distance, time_limit)
+    except UnsupportedError:
+        return _never, 0
+    if not bound > 0:
+        return _never, 0
+    # The slack: d_j ≤ d_k·(1 + gap) for j < k up to the solver's relative gap; keep 10× that.
+    limit = bound * (1.0 - 1e-5) - 1e-9 if np.isfinite(bound) else np.inf
+
+    def fails(cf) -> bool:
+        return cf.found and cf.optimal and cf.distance < limit
+
+    def below(k: int) -> bool:
+        return fails(candidate(k))
+
+    last = len(margins) - 1
+    hint = last
+    if nearest is not None:  # the robust point is feasible for every margin up to its own
+        C = target_rows(network, target)
+        hint = max((k for k, m in enumerate(margins) if m <= float(row_margins(network, nearest, C)[0])), default=-1)
+        if hint >= 0 and _nearer_than(network, point, nearest, features, C, max(margins[hint], MIN_MARGIN), distance,
+                                      limit):
+            return fails, hint + 1
+    if hint < 0:
+        return fails, 0
+    if below(hint):
+        return fails, hint + 1
+    if not below(0):
+        return fails, 0
+    # below(0) holds and below(hint) fails: gallop down from the hint, then bisect.
+    good, bad, step = 0, hint, 1
+    while bad - step > good:
+        if below(bad - step):
+            good = bad - step
+            break
+        bad, step = bad - step, 2 * step
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if below(mid):
+            good = mid
+        else:
+            bad = mid
+    return fails, good + 1
+
+
+def _nearer_than(network, x, robust_point, features, C, required, distance, limit, steps: int = 64) -> bool:
+    """Is there a valid input with every target row ≥ ``required`` nearer to ``x`` than ``limit``?
+
+    Tried along the segment from x to the robust point: its bits (one-hot, thermometer) taken as
+    they are, its continuous variables moved a fraction t of the way (a convex combination keeps
+    the bounds and the immutable values). Each point is checked by a forward pass; a point found
+    bounds the distance of the nearest candidate with that margin from above (with the solver's
+    relative gap, 1e-6, as slack), which is all :func:`_skip_prefix` needs."""
+    bits = np.array([features.is_binary(i) for i in range(features.size)], dtype=bool)
+    base = np.where(bits, robust_point, x)
+    direction = robust_point - base
+    t = np.linspace(0.0, 1.0, steps + 1)[1:]
+    points = base[None, :] + t[:, None] * direction[None, :]
+    ok = row_margins(network, points, C) >= required
+    for point in points[ok]:
+        if not features.violations(point, x) and features.distance(x, point, distance) * (1 + 2e-6) + 2e-9 < limit:
+            return True
+    return False
+
+
+def _result(candidate, robust, test, deltas, margin, candidates, tested, solves, n, R, alpha,
+            started) -> RobustCounterfactual:
     if not candidate.found:
         guarantee = (f"no counterfactual with margin {margin:g}: {candidate.message}" if candidate.status == "infeasible"
                      else f"no counterfactual found ({candidate.status}): {candidate.message}")
-        return RobustCounterfactual(candidate, False, test, deltas, float(margin), tested, 0.0, guarantee,
-                                    time.perf_counter() - started)
+        return RobustCounterfactual(candidate, False, test, deltas, float(margin), candidates, 0.0, guarantee,
+                                    time.perf_counter() - started, tested, solves)
     if test == "exact":
         confidence = 1.0 if robust else 0.0
         guarantee = ("proven: every model within δ classifies x_cf as the target" if robust
@@ -141,5 +272,5 @@ def _result(candidate, robust, test, deltas, margin, tested, n, R, alpha, starte
         guarantee = (f"with confidence ≥ {confidence:.6g} (union bound over {tested} candidate(s) tested, "
                      f"each once on a fresh sample of {n}), at least {R:.4%} of the δ-box keeps x_cf valid"
                      if robust else "no candidate passed the APΔS test within the margin schedule")
-    return RobustCounterfactual(candidate, robust, test, deltas, float(margin), tested, confidence, guarantee,
-                                time.perf_counter() - started)
+    return RobustCounterfactual(candidate, robust, test, deltas, float(margin), candidates, confidence, guarantee,
+                                time.perf_counter() - started, tested, solves)

@@ -33,7 +33,7 @@ from assay.cfx.milp import MIN_MARGIN, Counterfactual, default_target, input_var
 from assay.cfx.robustness import delta_robust, layer_deltas
 from assay.errors import DataError, UnsupportedError
 
-__all__ = ["nearest_robust_counterfactual"]
+__all__ = ["nearest_robust_counterfactual", "robust_distance_bound"]
 
 
 def _linear_range(coef: np.ndarray, const: np.ndarray, lower: np.ndarray, upper: np.ndarray):
@@ -69,46 +69,14 @@ def nearest_robust_counterfactual(
             (use :func:`assay.cfx.robust_counterfactual` there).
     """
     started = time.perf_counter()
-    affine = check_mlp(network, "nearest_robust_counterfactual")
-    if len(affine) != 2:
-        raise UnsupportedError(f"nearest_robust_counterfactual handles networks with one hidden layer; {network.source} "
-                               f"has {len(affine) - 1}: use robust_counterfactual (Algorithm 2) instead")
     features = features if features is not None else FeatureTypes.continuous(network.input_size)
-    if features.size != network.input_size:
-        raise DataError(f"the feature spec has {features.size} variables but {network.source} takes {network.input_size}")
+    _check(network, features)
     x = features.check_input(x, "the input to explain")
-    if (features.lower < 0).any():
-        raise UnsupportedError("nearest_robust_counterfactual needs non-negative feature bounds (min-max scaled data); "
-                               "use robust_counterfactual (Algorithm 2) instead")
     deltas = layer_deltas(network, delta)
     target = default_target(network, x) if target is None else int(target)
     C = target_rows(network, target)
     required = max(float(margin), MIN_MARGIN)
-    (W1, b1), (W2, b2) = affine
-    d1, d2 = deltas
-
-    lower, upper = features.lower.copy(), features.upper.copy()
-    frozen = features.frozen_variables()
-    lower[frozen] = upper[frozen] = x[frozen]
-    builder = MilpBuilder()
-    xs, binary = input_variables(builder, features, x, lower, upper, distance)
-    spread = d2 * np.abs(C).sum(1)
-    a = C @ W2 - spread[:, None]
-    ends = {}
-    for name, sign, needed in (("low", -1.0, (a >= 0).any(0)), ("high", 1.0, (a < 0).any(0))):
-        coef, const = W1 + sign * d1, b1 + sign * d1
-        lo, hi = _linear_range(coef, const, lower, upper)
-        units = np.flatnonzero(needed)
-        terms = [{int(xs[i]): float(coef[j, i]) for i in range(len(xs)) if coef[j, i] != 0.0} for j in units]
-        h = relu_rows(builder, terms, const[units], lo[units], hi[units]) if len(units) else np.array([], int)
-        ends[name] = dict(zip(units.tolist(), h.tolist()))
-    for r in range(len(C)):
-        row = {}
-        for j in range(W2.shape[1]):
-            var = ends["low"][j] if a[r, j] >= 0 else ends["high"][j]
-            row[int(var)] = row.get(int(var), 0.0) + float(a[r, j])
-        builder.row(row, required - float(C[r] @ b2 - spread[r]), np.inf)
-    solution = builder.solve(time_limit=time_limit)
+    solution, xs, binary, frozen = _solve(network, x, deltas, features, target, distance, required, time_limit)
     constant = float(x[binary].sum()) if distance == "l1" else 0.0
 
     def result(cf: Counterfactual, robust: bool, guarantee: str) -> RobustCounterfactual:
@@ -140,3 +108,71 @@ def nearest_robust_counterfactual(
                         + (" (nearest)" if optimal else ""))
     return result(cf, True, "proven: every model within δ classifies x_cf as the target"
                   + (", and no nearer input has that property" if optimal else ""))
+
+
+def _check(network, features: FeatureTypes):
+    """The (W, b) of a one-hidden-layer network whose robust MILP applies, or an error saying why not."""
+    affine = check_mlp(network, "nearest_robust_counterfactual")
+    if len(affine) != 2:
+        raise UnsupportedError(f"nearest_robust_counterfactual handles networks with one hidden layer; {network.source} "
+                               f"has {len(affine) - 1}: use robust_counterfactual (Algorithm 2) instead")
+    if features.size != network.input_size:
+        raise DataError(f"the feature spec has {features.size} variables but {network.source} takes {network.input_size}")
+    if (features.lower < 0).any():
+        raise UnsupportedError("nearest_robust_counterfactual needs non-negative feature bounds (min-max scaled data); "
+                               "use robust_counterfactual (Algorithm 2) instead")
+    return affine
+
+
+def _solve(network, x, deltas, features, target, distance, required, time_limit):
+    """The robust MILP (module docstring) asking every worst-case target row ≥ ``required``.
+
+    Returns the solver's answer, the input variables' indices, which of them are bits, and the
+    frozen (immutable) variables."""
+    affine = _check(network, features)
+    C = target_rows(network, target)
+    (W1, b1), (W2, b2) = affine
+    d1, d2 = deltas
+    lower, upper = features.lower.copy(), features.upper.copy()
+    frozen = features.frozen_variables()
+    lower[frozen] = upper[frozen] = x[frozen]
+    builder = MilpBuilder()
+    xs, binary = input_variables(builder, features, x, lower, upper, distance)
+    spread = d2 * np.abs(C).sum(1)
+    a = C @ W2 - spread[:, None]
+    ends = {}
+    for name, sign, needed in (("low", -1.0, (a >= 0).any(0)), ("high", 1.0, (a < 0).any(0))):
+        coef, const = W1 + sign * d1, b1 + sign * d1
+        lo, hi = _linear_range(coef, const, lower, upper)
+        units = np.flatnonzero(needed)
+        terms = [{int(xs[i]): float(coef[j, i]) for i in range(len(xs)) if coef[j, i] != 0.0} for j in units]
+        h = relu_rows(builder, terms, const[units], lo[units], hi[units]) if len(units) else np.array([], int)
+        ends[name] = dict(zip(units.tolist(), h.tolist()))
+    for r in range(len(C)):
+        row = {}
+        for j in range(W2.shape[1]):
+            var = ends["low"][j] if a[r, j] >= 0 else ends["high"][j]
+            row[int(var)] = row.get(int(var), 0.0) + float(a[r, j])
+        builder.row(row, required - float(C[r] @ b2 - spread[r]), np.inf)
+    return builder.solve(time_limit=time_limit), xs, binary, frozen
+
+
+def robust_distance_bound(network, x, deltas, features: FeatureTypes, target: int, distance: str = "l1",
+                          time_limit: float | None = None) -> tuple[float, np.ndarray | None]:
+    """A proven lower bound on the distance of every Δ-robust counterfactual of ``x``, and the point reaching it.
+
+    The robust MILP with the weakest requirement (every worst-case target row ≥ 0) contains every
+    point that :func:`assay.cfx.delta_robust` proves robust (worst > 0), so its optimum — and the
+    solver's proven dual bound, returned here — is at most the distance of any of them. ``inf``
+    when no input of the feature box is Δ-robust; the point is None when none was found (the bound
+    may still be finite after a timeout). Raises :class:`UnsupportedError` where the robust MILP
+    does not apply (not one hidden layer, negative feature bounds)."""
+    solution, xs, binary, frozen = _solve(network, x, deltas, features, target, distance, 0.0, time_limit)
+    constant = float(x[binary].sum()) if distance == "l1" else 0.0
+    if solution.status == "infeasible":
+        return np.inf, None
+    point = None
+    if solution.x is not None:
+        point = features.snap(solution.x[xs])
+        point[frozen] = x[frozen]
+    return float(solution.bound + constant), point
