@@ -178,8 +178,10 @@ def _skip_prefix(network, x, deltas, features, target, distance, time_limit, mar
     with the weakest requirement, :func:`assay.cfx.robust_milp.robust_distance_bound`; one hidden
     layer only). A candidate nearer than L cannot pass the exact test. The candidate's distance
     d_k never decreases along the schedule (each step only shrinks the feasible set), so the steps
-    with d_k < L form a prefix of the schedule, found with a few candidate solves: the step just
-    below the robust point's own margin first (usually the prefix's end), then a galloping search.
+    with d_k < L form a prefix of the schedule, found with few candidate solves: the last step at
+    or below the robust point's own margin usually ends it, which a point on the segment from x to
+    the robust point proves without any solve (:func:`_nearer_than`); otherwise a galloping search
+    (down from that step, or up from the first when no robust point exists).
     A small slack covers the solver's relative gap (1e-6), so a skipped step is always one the
     paper's loop would have tested and rejected.
 
@@ -214,20 +216,25 @@ def _skip_prefix(network, x, deltas, features, target, distance, time_limit, mar
         if hint >= 0 and _nearer_than(network, point, nearest, features, C, max(margins[hint], MIN_MARGIN), distance,
                                       limit):
             return fails, hint + 1
-    if hint < 0:
+    if hint < 0 or not below(0):
         return fails, 0
-    if below(hint):
-        return fails, hint + 1
-    if not below(0):
-        return fails, 0
-    # below(0) holds and below(hint) fails: gallop down from the hint, then bisect.
-    good, bad, step = 0, hint, 1
-    while bad - step > good:
-        if below(bad - step):
-            good = bad - step
-            break
-        bad, step = bad - step, 2 * step
-    while bad - good > 1:
+    if nearest is None:  # no robust point (or none found in time): gallop up from the start
+        good, bad, step = 0, last + 1, 1
+        while good + step < bad:
+            if not below(good + step):
+                bad = good + step
+                break
+            good, step = good + step, 2 * step
+    else:  # the prefix usually ends at the hint: gallop down from it
+        if below(hint):
+            return fails, hint + 1
+        good, bad, step = 0, hint, 1
+        while bad - step > good:
+            if below(bad - step):
+                good = bad - step
+                break
+            bad, step = bad - step, 2 * step
+    while bad - good > 1:  # below(good) holds, below(bad) fails (bad = last + 1: past the schedule)
         mid = (good + bad) // 2
         if below(mid):
             good = mid
