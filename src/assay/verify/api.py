@@ -71,7 +71,9 @@ def verify_vnnlib(network: Network, prop, *, options: VerifyOptions | None = Non
 
 
 def _run(network, queries, options: VerifyOptions, rng, progress) -> VerificationResult:
-    strategy = options.strategy_for(network.input_size)
+    # Inputs that the property fixes to one value cost input splitting nothing: count those that vary.
+    varying = max((int((query.upper > query.lower).sum()) for query in queries), default=network.input_size)
+    strategy = options.strategy_for(varying)
     method, dtype, batch_size = options.method, options.dtype, options.batch_size
     rng = rng if rng is not None else np.random.default_rng(0)
     started = time.monotonic()

@@ -6,6 +6,9 @@ a candidate, reported only after :func:`confirm` re-checks it with a float64 for
 
 from __future__ import annotations
 
+import math
+import time
+
 import numpy as np
 import torch
 
@@ -96,6 +99,11 @@ def search(
     puts most of them near the faces and corners of the box, where violations of trained
     networks tend to sit (sensor ranges end there). ``samples`` defaults to a budget of about
     2·10⁹ multiply-adds (131,072 points for an ACAS Xu network, fewer for larger ones).
+    Samples are ranked by a float32 forward pass; the best of each chunk (and every one that
+    float32 puts within rounding of the unsafe region) are re-checked in float64, which alone
+    decides. Sampling stops early once it has used a fifth of the time left at its start
+    (convolutional networks cost far more per sample than their parameter count suggests), so
+    that PGD and the search that follows keep their time.
     At ``deadline`` it stops (between sample chunks and PGD steps) with what it has found.
     """
     n = query.lower.numel()
@@ -104,20 +112,27 @@ def search(
     width = query.upper - query.lower
     keep = max(restarts // 2, 1)
     best_points, best_values = [], []
+    sampling_ends = math.inf
+    if deadline is not None and math.isfinite(deadline.at):
+        sampling_ends = time.monotonic() + _SAMPLING_SHARE * max(deadline.remaining(), 0.0)
     for start in range(0, samples, _SAMPLE_CHUNK):
         if deadline is not None and deadline.passed():
             return None
+        if start > 0 and time.monotonic() > sampling_ends:
+            break
         count = min(_SAMPLE_CHUNK, samples - start)
         uniform = rng.uniform(size=(count - count // 2, n))
         boundary = rng.beta(0.3, 0.3, size=(count // 2, n))
         points = query.lower + width * torch.as_tensor(np.concatenate([uniform, boundary]))
-        found = confirm(network, query, points)
+        values = _float32_margins(network, points, query)
+        order = values.argsort(descending=True)
+        # float32 only ranks; the float64 forward pass of confirm() decides.
+        near = int((values >= -_RANKING_SLACK * (1.0 + values.abs().max())).sum())
+        found = confirm(network, query, points[order[: max(_CONFIRM_PER_CHUNK, near)]])
         if found is not None:
             return found
-        values = margins(network, points, query)
-        order = values.argsort(descending=True)[:keep]
-        best_points.append(points[order])
-        best_values.append(values[order])
+        best_points.append(points[order[:keep]])
+        best_values.append(values[order[:keep]])
     points, values = torch.cat(best_points), torch.cat(best_values)
     best = points[values.argsort(descending=True)[:keep]]
     center = ((query.lower + query.upper) / 2).unsqueeze(0)
@@ -130,6 +145,21 @@ def search(
 
 # Points evaluated at once while sampling (bounds memory for large networks).
 _SAMPLE_CHUNK = 16384
+# The share of the time left that sampling may use before PGD takes over.
+_SAMPLING_SHARE = 0.2
+# Per chunk, the float32-best points re-checked in float64, and the relative float32 margin
+# below zero within which a point is re-checked too (float32 rounding of the margin).
+_CONFIRM_PER_CHUNK = 256
+_RANKING_SLACK = 1e-4
+
+
+def _float32_margins(network: Network, x: torch.Tensor, query: UnsafeQuery) -> torch.Tensor:
+    """The query's group margin of the float32 network on a batch x (N, n_in flat), as float64 (N,)."""
+    model = _float32_model(network)
+    with torch.no_grad():
+        y = model(x.to(torch.float32).reshape(x.shape[0], *network.input_shape)).reshape(x.shape[0], -1)
+        values = query.group_margin(y @ query.C.to(torch.float32).T + query.d.to(torch.float32))
+    return values.to(torch.float64)
 
 
 _MODELS: dict[int, tuple[Network, torch.nn.Module]] = {}

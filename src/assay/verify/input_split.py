@@ -83,7 +83,9 @@ class InputSplitting:
         self._full_width = (query.upper - query.lower).clamp(min=1e-30)
 
     def _volume(self, lower, upper):
-        return ((upper - lower) / self._full_width).prod(1)
+        # Inputs the query fixes (zero width) are never split: they count as full width.
+        fixed = self._full_width <= 1e-30
+        return torch.where(fixed, 1.0, (upper - lower) / self._full_width).prod(1)
 
     def bound(self, branches: Branches, deadline: Deadline, stats: SearchStats) -> BoundedBranches:
         query = self.query

@@ -34,7 +34,9 @@ class VerifyOptions:
         attack_restarts: PGD restarts of the counterexample search before branching (0: none).
         strategy: ``"input"`` (split the input box; best for few inputs, e.g. ACAS Xu),
             ``"relu"`` (split unstable ReLUs with β-CROWN; for many inputs) or ``"auto"``
-            (input splitting up to :data:`INPUT_SPLIT_MAX_INPUTS` inputs, else ReLU splitting).
+            (input splitting when at most :data:`INPUT_SPLIT_MAX_INPUTS` inputs vary over the
+            property's box, else ReLU splitting; inputs the property fixes to one value do not
+            count, e.g. a 1-D CNN over 800 sensor readings of which 4 are perturbed).
         keep_closed: also keep the closed branches in the result's ``searches`` (their boxes or
             split histories: memory grows with the search); pending branches are always kept.
     """
@@ -70,7 +72,7 @@ class VerifyOptions:
         return replace(options or cls(), **overrides)
 
     def strategy_for(self, input_size: int) -> str:
-        """The strategy used for a network with ``input_size`` inputs (resolves ``"auto"``)."""
+        """The strategy used when ``input_size`` inputs vary over the box (resolves ``"auto"``)."""
         if self.strategy != "auto":
             return self.strategy
         return "input" if input_size <= INPUT_SPLIT_MAX_INPUTS else "relu"
