@@ -33,7 +33,7 @@ def unsafe_at_least(threshold):
                                                          d=torch.tensor([-threshold], dtype=torch.float64)),))
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(2))
 def test_auto_splits_the_varying_inputs_and_agrees_with_marabou(seed):
     require("maraboupy")
     network = float32_rounded(random_relu_network(300 + seed, widths=(N, 12, 12, 2)))
