@@ -108,7 +108,8 @@ def robust_counterfactual(
             proves most failing steps without solving them (exact test on one-hidden-layer networks
             over non-negative features; elsewhere, and for APΔS, it is ``"steps"``): see
             :func:`_skip_prefix`. The answer is the paper's up to ties between equally near points
-            (the solver may pick another of them).
+            (the solver may pick another of them) and, with a ``time_limit``, up to the steps whose
+            solve the paper's loop would have cut short.
     """
     started = time.perf_counter()
     check_choice(test, "test", "robust_counterfactual", ("exact", "apas"))
