@@ -200,9 +200,10 @@ def report(benchmark: str, args, records: list[dict], published: list[dict], too
     table += (f"\nassay's times: seconds per instance from `assay verify --instances` (loading and verifying) on "
               f"{args.workers} worker(s) of this machine; published times: the competition's machines, minus each "
               f"tool's start-up overhead, at least 1 s. Wall time {time.perf_counter() - started:.0f} s.\n\n"
-              f"Machine: {machine()}\n")
+              + (f"Note: {args.note}\n\n" if args.note else "")
+              + f"Machine: {machine()}\n")
     payload = {"benchmark": benchmark, "complete": final, "limit": args.limit, "timeout_scale": args.timeout_scale,
-               "workers": args.workers, "instances": len(records), "total_instances": args.total,
+               "workers": args.workers, "note": args.note, "instances": len(records), "total_instances": args.total,
                "assay": ours, "published": theirs, "disagreements": disagreements, "records": records,
                "wall_seconds": time.perf_counter() - started, "machine": machine()}
     return table, payload
@@ -217,6 +218,7 @@ def main(argv=None) -> int:
     parser.add_argument("--chunk", type=int, default=8, help="instances per assay verify process (results are "
                         "written after each)")
     parser.add_argument("--name", default=None, help="results file name (default vnncomp_<BENCHMARK>)")
+    parser.add_argument("--note", default=None, help="a line for the results, e.g. the commit measured")
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be ≥ 1")
