@@ -26,7 +26,7 @@ def test_info_json(invoke, tiny):
     assert facts["output"] == {"name": "output", "shape": [2]}
     assert facts["parameters"] == 12 and facts["relu_neurons"] == 2
     assert [row["layer"] for row in facts["layers"]] == ["Linear", "ReLU", "Linear"]
-    assert facts["layers"][0] == {"index": 0, "layer": "Linear", "input_shape": [2], "output_shape": [2], "parameters": 6}
+    assert facts["layers"][0] == {"index": 0, "layer": "Linear", "reads": [0], "input_shape": [2], "output_shape": [2], "parameters": 6}
 
 
 def test_info_input_shape_option_is_checked(invoke, tiny):

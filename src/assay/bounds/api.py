@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from assay._validate import check_choice
-from assay.bounds.crown import Backward, backsubstitute, concretize
+from assay.bounds.crown import Backward, backsubstitute, concretize, forward_magnitudes
 from assay.bounds.forward import MAX_FORWARD_INPUTS, forward_bounds
 from assay.bounds.ibp import center_radius, interval_pass
 from assay.bounds.methods import METHODS, bound_method
@@ -269,6 +269,9 @@ def _crown_layer_bounds_padded(plan: Plan, position: int, bounds, deltas, center
     input_elements = max(1, center[0].numel())
     chunk = max(1, _ROW_CHUNK_ELEMENTS // (2 * batch * input_elements))
     size = flat_lower.shape[1]
+    # The rows are ±unit vectors: rounding magnitudes come from one forward pass instead of a
+    # second backward walk per row (see forward_magnitudes), unless weights are perturbed.
+    magnitude = None if deltas else forward_magnitudes(plan, position, bounds, center, radius, relax).reshape(batch, -1)
     for start in range(0, width, chunk):
         neurons = order[:, start:start + chunk]  # (B, m)
         valid = torch.gather(unstable, 1, neurons)
@@ -278,8 +281,13 @@ def _crown_layer_bounds_padded(plan: Plan, position: int, bounds, deltas, center
         rows[:, m:].scatter_(2, neurons.unsqueeze(-1), -1.0)
         C = rows.reshape(batch, 2 * m, *lower.shape[1:])
         d = torch.zeros(batch, 2 * m, dtype=lower.dtype)
-        back = backsubstitute(plan, position, C, d, bounds, deltas, relax=relax)
-        value, _ = concretize(plan, back, center, radius)
+        if magnitude is None:
+            back = backsubstitute(plan, position, C, d, bounds, deltas, relax=relax)
+            value, _ = concretize(plan, back, center, radius)
+        else:
+            back = backsubstitute(plan, position, C, d, bounds, relax=relax, track_abs=False)
+            row_magnitude = torch.gather(magnitude, 1, neurons).repeat(1, 2)
+            value, _ = concretize(plan, back, center, radius, row_magnitude)
         new_lower = torch.maximum(torch.gather(flat_lower, 1, neurons), value[:, :m])
         new_upper = torch.minimum(torch.gather(flat_upper, 1, neurons), -value[:, m:])
         flat_lower.scatter_(1, neurons, torch.where(valid, new_lower, torch.gather(flat_lower, 1, neurons)))

@@ -56,6 +56,7 @@ def backsubstitute(
     betas: dict[int, torch.Tensor] | None = None,
     relaxations: dict[int, ReluRelaxation] | None = None,
     relax=relax_relu,
+    track_abs: bool = True,
 ) -> Backward:
     """Lower linear bound of ``C · (input of stage target) + d`` in terms of the network input.
 
@@ -73,7 +74,11 @@ def backsubstitute(
             inactive (z ≤ 0), −β on neurons split active (z ≥ 0), 0 elsewhere.
         relaxations: per ReLU position, the relaxation of ``bounds`` if already computed.
         relax: the ReLU relaxation for the others (default CROWN's, :func:`relax_relu`).
+        track_abs: False skips the rounding magnitudes (``A_abs``, ``b_abs`` are None; half the
+            work): the caller then bounds rounding with :func:`forward_magnitudes` instead.
     """
+    if not track_abs:
+        return _backsubstitute_plain(plan, target, C, d, bounds, relaxations or {}, relax)
     deltas = deltas or {}
     slopes = slopes or {}
     betas = betas or {}
@@ -120,8 +125,65 @@ def backsubstitute(
     return Backward(A, b, A_abs, b_abs)
 
 
-def concretize(plan: Plan, back: Backward, center: torch.Tensor, radius: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _backsubstitute_plain(plan: Plan, target: int, C, d, bounds, relaxations, relax) -> Backward:
+    """:func:`backsubstitute` without weight perturbation, α, β or rounding magnitudes."""
+    b = d.clone()
+    pending = {target: (C,)}
+    for position in range(target - 1, -1, -1):
+        if position + 1 not in pending:
+            continue
+        (A,) = pending.pop(position + 1)
+        stage = plan.stages[position]
+        if isinstance(stage, AddStage):
+            for source in stage.sources:
+                accumulate(pending, source, (A,))
+            continue
+        if isinstance(stage, ReluStage):
+            relaxation = relaxations.get(position) or relax(*bounds[position])
+            b = b + _dot(A.clamp(max=0), relaxation.upper_intercept)
+            A = A * torch.where(A >= 0, relaxation.lower_slope.unsqueeze(1), relaxation.upper_slope.unsqueeze(1))
+        else:
+            if stage.bias is not None:
+                b = b + stage.bias_term(A)
+            A = stage.backward(A)
+        accumulate(pending, stage.sources[0], (A,))
+    (A,) = pending.pop(0)
+    return Backward(A, b, None, None)
+
+
+def forward_magnitudes(plan: Plan, target: int, bounds, center, radius, relax=relax_relu) -> torch.Tensor:
+    """Per element of tensor ``target``, a bound M (B, *shape) on the rounding magnitudes of
+    :func:`backsubstitute` without weight perturbation or β: for rows C and offsets d,
+    ``A_abs·(|c| + r) + b_abs ≤ |C|·M + |d|``.
+
+    By induction from the target backwards: an affine stage turns ``A_abs_out`` into
+    ``A_abs_out |W|`` and adds ``A_abs_out·|b|``, so M_out = |W| M_in + |b| keeps the sum; a
+    ReLU keeps A_abs (slopes lie in [0, 1]) and adds ``A_abs·|intercept|``, so M_out = M_in +
+    |intercept|; an Add sends A_abs to both inputs, so M_out = M_a + M_b. One forward pass per
+    domain replaces tracking A_abs for every row (the costly part of intermediate CROWN). The
+    result is doubled to cover this pass's own rounding.
+    """
+    values = [center.abs() + radius]
+    for position in range(target):
+        stage = plan.stages[position]
+        if isinstance(stage, ReluStage):
+            magnitude = values[position] + relax(*bounds[position]).upper_intercept.abs()
+        elif isinstance(stage, AddStage):
+            magnitude = values[stage.sources[0]] + values[stage.sources[1]]
+        elif stage.abs_weight is None:
+            magnitude = stage.forward(values[stage.sources[0]])
+        else:
+            magnitude = stage.forward(values[stage.sources[0]], stage.abs_weight, stage.bias.abs())
+        values.append(magnitude)
+    return 2 * values[target]
+
+
+def concretize(plan: Plan, back: Backward, center: torch.Tensor, radius: torch.Tensor,
+               row_magnitude: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Lowest value of ``A·x + b`` over the box [center ± radius], never above the exact one.
+
+    ``row_magnitude`` (B, S): for a Backward computed with ``track_abs=False``, the rows'
+    ``|C|·M + |d|`` from :func:`forward_magnitudes`.
 
     Returns the lower bound (B, S) and the rounding margin (B, S) already subtracted from it
     (the margin also makes ``b - margin`` a sound offset for the linear bound itself).
@@ -132,5 +194,8 @@ def concretize(plan: Plan, back: Backward, center: torch.Tensor, radius: torch.T
     A = flat(back.A)
     value = (A * c).sum(-1) - (A.abs() * r).sum(-1) + back.b
     gamma = rounding_factor(plan, extra_terms=c.shape[-1])
-    margin = gamma * (flat(back.A_abs).matmul((c.abs() + r).transpose(1, 2)).squeeze(-1) + back.b_abs)
+    if row_magnitude is None:
+        margin = gamma * (flat(back.A_abs).matmul((c.abs() + r).transpose(1, 2)).squeeze(-1) + back.b_abs)
+    else:
+        margin = gamma * row_magnitude
     return value - margin, margin

@@ -45,6 +45,10 @@ class AffineStage:
     fan: int
     perturbable: bool  # its weights are model parameters (not a pooling constant or a reshape)
     sources: tuple[int, ...] = ()  # the one tensor it reads
+    # > 1: a fixed grouped convolution whose groups share one kernel (pooling, padding, a lowered
+    # MaxPool). It runs as one ungrouped convolution over `shared_groups` times the batch, which
+    # torch does far faster than a grouped one; every weight passed to it must be tiled alike.
+    shared_groups: int = 0
 
     # ---------------------------------------------------------------- forward maps
     def forward(self, x: torch.Tensor, weight=None, bias=None) -> torch.Tensor:
@@ -53,6 +57,12 @@ class AffineStage:
             return F.linear(x, weight, bias)
         if self.kind == "conv":
             c = self.conv
+            if self.shared_groups:
+                groups, count = self.shared_groups, x.shape[0]
+                kernel = weight[: weight.shape[0] // groups]
+                y = F.conv2d(x.reshape(count * groups, -1, *x.shape[2:]), kernel, None, c.stride, c.padding, c.dilation)
+                y = y.reshape(count, *self.out_shape)
+                return y if bias is None else y + bias.view(1, -1, 1, 1)
             return F.conv2d(x, weight, bias, c.stride, c.padding, c.dilation, c.groups)
         return x.reshape(x.shape[0], *self.out_shape)
 
@@ -86,7 +96,13 @@ class AffineStage:
             for axis, k in ((0, kh), (1, kw)):
                 produced = (self.out_shape[axis + 1] - 1) * c.stride[axis] - 2 * c.padding[axis] + c.dilation[axis] * (k - 1) + 1
                 out_pad.append(self.in_shape[axis + 1] - produced)
-            back = F.conv_transpose2d(flat, weight, None, c.stride, c.padding, tuple(out_pad), c.groups, c.dilation)
+            if self.shared_groups:
+                groups = self.shared_groups
+                kernel = weight[: weight.shape[0] // groups]
+                flat = flat.reshape(batch * rows * groups, -1, *self.out_shape[1:])
+                back = F.conv_transpose2d(flat, kernel, None, c.stride, c.padding, tuple(out_pad), 1, c.dilation)
+            else:
+                back = F.conv_transpose2d(flat, weight, None, c.stride, c.padding, tuple(out_pad), c.groups, c.dilation)
             return back.reshape(batch, rows, *self.in_shape)
         return A.reshape(batch, rows, *self.in_shape)
 
@@ -146,7 +162,7 @@ class Plan:
                           weight.shape[0] * weight.shape[2] * weight.shape[3])
                 self.stages.append(
                     AffineStage(index, "conv", in_shape, out_shape, weight, bias, weight.abs(), conv, fan,
-                                not conv.fixed, reads)
+                                not conv.fixed, reads, _shared_groups(conv, weight))
                 )
             elif isinstance(layer, (Flatten, Reshape)):  # a pure reshape: out_shape says which
                 self.stages.append(AffineStage(index, "flatten", in_shape, out_shape, None, None, None, None, 1, False,
@@ -169,6 +185,15 @@ class Plan:
         for position, stage in enumerate(self.stages):
             for source in stage.sources:
                 self.last_use[source] = position
+
+
+def _shared_groups(conv: Conv2d, weight: torch.Tensor) -> int:
+    """The number of groups of a fixed grouped convolution whose groups all use one kernel, else 0."""
+    groups = conv.groups
+    if not conv.fixed or groups == 1:
+        return 0
+    tiled = weight.reshape(groups, weight.shape[0] // groups, *weight.shape[1:])
+    return groups if bool((tiled == tiled[:1]).all()) else 0
 
 
 def accumulate(pending: dict, tensor: int, values: tuple) -> None:

@@ -49,11 +49,14 @@ def info(
     table = Table(show_edge=False)
     table.add_column("#", justify="right")
     table.add_column("layer")
+    if not network.is_chain:  # a graph: say which tensors (0 = input, i + 1 = layer i's output) each layer reads
+        table.add_column("reads")
     table.add_column("input shape")
     table.add_column("output shape")
     table.add_column("parameters", justify="right")
     for row in facts["layers"]:
-        table.add_row(str(row["index"]), row["layer"], _shape(row["input_shape"]), _shape(row["output_shape"]),
+        reads = [] if network.is_chain else [", ".join(map(str, row["reads"]))]
+        table.add_row(str(row["index"]), row["layer"], *reads, _shape(row["input_shape"]), _shape(row["output_shape"]),
                       f"{row['parameters']:,}")
     out.print(table)
     out.print(f"{len(facts['layers'])} layers, {facts['parameters']:,} parameters, {facts['relu_neurons']:,} ReLU neurons")
