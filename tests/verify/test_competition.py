@@ -221,3 +221,24 @@ def test_a_tiny_timeout_on_a_hard_instance_gives_timeout(data_dir):
     answer = run_instance(folder / "onnx" / "mnist-net_256x6.onnx", folder / "vnnlib" / "prop_2_0.05.vnnlib", 3.0)
     assert answer.word == "timeout" and answer.status is VerificationStatus.TIMEOUT
     assert answer.verification is not None and answer.verification.status is VerificationStatus.TIMEOUT
+
+
+def test_running_out_of_memory_gives_error_and_other_failures_stay_loud(tmp_path, monkeypatch):
+    import assay.verify
+
+    model, prop = write_tiny_onnx(tmp_path / "tiny.onnx"), violated_property(tmp_path / "v.vnnlib")
+
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you tried "
+                           "to allocate 3993380352 bytes")
+
+    monkeypatch.setattr(assay.verify, "verify_vnnlib", out_of_memory)
+    answer = run_instance(model, prop, 30.0)
+    assert answer.word == "error" and "out of memory" in answer.reason
+
+    def bug(*args, **kwargs):
+        raise RuntimeError("shape mismatch")
+
+    monkeypatch.setattr(assay.verify, "verify_vnnlib", bug)
+    with pytest.raises(RuntimeError, match="shape mismatch"):  # a bug is not dressed up as a verdict
+        run_instance(model, prop, 30.0)

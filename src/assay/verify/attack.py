@@ -112,15 +112,16 @@ def search(
     width = query.upper - query.lower
     keep = max(restarts // 2, 1)
     best_points, best_values = [], []
+    chunk = _chunk_size(network)
     sampling_ends = math.inf
     if deadline is not None and math.isfinite(deadline.at):
         sampling_ends = time.monotonic() + _SAMPLING_SHARE * max(deadline.remaining(), 0.0)
-    for start in range(0, samples, _SAMPLE_CHUNK):
+    for start in range(0, samples, chunk):
         if deadline is not None and deadline.passed():
             return None
         if start > 0 and time.monotonic() > sampling_ends:
             break
-        count = min(_SAMPLE_CHUNK, samples - start)
+        count = min(chunk, samples - start)
         uniform = rng.uniform(size=(count - count // 2, n))
         boundary = rng.beta(0.3, 0.3, size=(count // 2, n))
         points = query.lower + width * torch.as_tensor(np.concatenate([uniform, boundary]))
@@ -143,14 +144,22 @@ def search(
     return confirm(network, query, x)
 
 
-# Points evaluated at once while sampling (bounds memory for large networks).
+# Points evaluated at once while sampling, at most: fewer when their float32 tensors would take
+# more than _SAMPLE_MEMORY bytes (a pooling CNN holds ~10⁵ values per point: 16,384 points ≈ 6 GB).
 _SAMPLE_CHUNK = 16384
+_SAMPLE_MEMORY = 256 * 2**20
 # The share of the time left that sampling may use before PGD takes over.
 _SAMPLING_SHARE = 0.2
 # Per chunk, the float32-best points re-checked in float64, and the relative float32 margin
 # below zero within which a point is re-checked too (float32 rounding of the margin).
 _CONFIRM_PER_CHUNK = 256
 _RANKING_SLACK = 1e-4
+
+
+def _chunk_size(network: Network) -> int:
+    """Sample points per chunk: every tensor of the network for the chunk fits in _SAMPLE_MEMORY (float32)."""
+    values = sum(int(np.prod(shape)) for shape in network.shapes)
+    return int(max(64, min(_SAMPLE_CHUNK, _SAMPLE_MEMORY // (4 * max(values, 1)))))
 
 
 def _float32_margins(network: Network, x: torch.Tensor, query: UnsafeQuery) -> torch.Tensor:

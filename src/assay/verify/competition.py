@@ -259,7 +259,8 @@ def run_instance(model, property_file, timeout: float, *, started: float | None 
     Returns:
         a :class:`CompetitionResult`. A model or property assay cannot read or bound soundly
         (an :class:`~assay.errors.AssayError`, e.g. an unsupported operator) gives ``error`` with
-        the message as ``reason``; so does running out of memory. ``sat`` carries the
+        the message as ``reason``; so does running out of memory (Python's MemoryError or torch's
+        failed allocation). ``sat`` carries the
         counterexample re-checked by the verifier's float64 forward pass, and that pass's output.
     """
     if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
@@ -295,6 +296,10 @@ def run_instance(model, property_file, timeout: float, *, started: float | None 
         return failed(str(exc))
     except MemoryError:
         return failed(f"{model}: out of memory while verifying")
+    except RuntimeError as exc:  # torch reports a failed CPU allocation as a RuntimeError
+        if "allocate memory" not in str(exc):
+            raise
+        return failed(f"{model}: out of memory while verifying ({str(exc).splitlines()[0][-120:]})")
     finally:
         torch.set_num_threads(previous_threads)  # callers in the same process keep their setting
     return competition_result(verification, time.monotonic() - started, timeout)
