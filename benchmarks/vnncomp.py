@@ -147,6 +147,38 @@ def run_chunk(folder: Path, chunk: list[dict], scale: float, workers: int) -> li
             return list(csv.DictReader(handle))
 
 
+# ------------------------------------------------------------------------------- the published checker's test
+CHECKER_TOLERANCE = 1e-4  # COUNTEREXAMPLE_TOL of the VNN-COMP 2022 scoring (SCORING/settings.py)
+
+
+def check_counterexample(model: Path, prop: Path, x: list[float], y: list[float]) -> dict:
+    """What the competition's checker (SCORING/counterexamples.py) tests: onnxruntime on X (in the
+    model's input dtype) reproduces Y within the tolerance in L∞, X lies in a box of the property and
+    Y meets that box's unsafe condition (both within the tolerance)."""
+    import numpy as np
+    import onnxruntime
+
+    from assay.sets import read_vnnlib
+
+    session = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    declared = session.get_inputs()[0]
+    shape = [d if isinstance(d, int) and d > 0 else 1 for d in declared.shape]
+    dtype = np.float64 if "double" in declared.type else np.float32
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    output = session.run(None, {declared.name: x.astype(dtype).reshape(shape)})[0].reshape(-1)
+    difference = float(np.abs(output.astype(np.float64) - y).max())
+    spec = read_vnnlib(prop, num_inputs=x.size, num_outputs=y.size)
+    violates = False
+    for query in spec.queries:
+        lower = query.input_set.lower.numpy().reshape(-1)
+        upper = query.input_set.upper.numpy().reshape(-1)
+        if ((lower - CHECKER_TOLERANCE <= x) & (x <= upper + CHECKER_TOLERANCE)).all():
+            violates |= any(bool((c.C.numpy() @ y + c.d.numpy() >= -CHECKER_TOLERANCE).all())
+                            for c in query.unsafe_outputs.conjunctions)
+    return {"onnxruntime_difference": difference, "violates": violates,
+            "accepted": difference < CHECKER_TOLERANCE and violates}
+
+
 # ------------------------------------------------------------------------------- report
 def assay_counts(records: list[dict]) -> dict:
     counts = {status: sum(r["assay"] == status for r in records) for status in STATUSES}
@@ -167,6 +199,8 @@ def report(benchmark: str, args, records: list[dict], published: list[dict], too
     theirs = {tool: published_counts(published, tool) for tool in tools}
     ranking = sorted(theirs.items(), key=lambda item: (-item[1]["correct"], -item[1]["solved"]))
     disagreements = [r for r in records if r["disagrees"]]
+    checked = [r["checker"] for r in records if r.get("checker")]
+    rejected = [r for r in records if r.get("checker") and not r["checker"]["accepted"]]
     header = ["tool", "solved", "holds", "violated", "wrong", "correct", "timeout", "unknown", "error",
               "s on correct", "median s"]
 
@@ -182,9 +216,18 @@ def report(benchmark: str, args, records: list[dict], published: list[dict], too
     table = (title
              + f"Consensus on these instances: {consensus['holds']} holds, {consensus['violated']} violated, "
                f"{consensus['unknown']} unknown. **Disagreements with the consensus: {len(disagreements)}**\n\n"
+             + f"Counterexamples the published checker's test accepts (onnxruntime reproduces Y within "
+               f"{CHECKER_TOLERANCE:g}, X in the box, Y unsafe): {len(checked) - len(rejected)} of {len(checked)}"
+               + (f" (largest onnxruntime difference {max(c['onnxruntime_difference'] for c in checked):.1e})"
+                  if checked else "") + "\n\n"
              + "solved = holds + violated (as the published tool_summary.csv counts them); wrong = contradicting the "
                "consensus; correct = solved − wrong.\n\n"
              + markdown_table(header, [line("**assay**", ours)] + [line(tool, counts) for tool, counts in ranking]))
+    if rejected:
+        table += "\n## Counterexamples the checker would reject\n\n" + markdown_table(
+            ["#", "network", "property", "onnxruntime difference", "violates"],
+            [[r["index"], r["network"], r["property"], f"{r['checker']['onnxruntime_difference']:.2e}",
+              r["checker"]["violates"]] for r in rejected])
     if disagreements:
         table += "\n## FAILURES: verdicts contradicting the published consensus\n\n" + markdown_table(
             ["#", "network", "property", "assay", "consensus"],
@@ -255,6 +298,10 @@ def main(argv=None) -> int:
                       "counterexample": json.loads(out["counterexample"]) if out.get("counterexample") else None,
                       "best_published_seconds": min(best) if best else None}
             record["disagrees"] = status in DECIDED and reference["consensus"] in DECIDED and status != reference["consensus"]
+            if record["counterexample"] is not None:
+                record["checker"] = check_counterexample(folder / row["network"], folder / row["property"],
+                                                         record["counterexample"]["input"],
+                                                         record["counterexample"]["output"])
             records.append(record)
             published.append(reference)
             print(f"[{len(records)}/{len(chosen)}] #{row['index']} {row['network']} {row['property']}: {status} "
