@@ -152,3 +152,25 @@ def test_published_protocol_reproduces_the_published_delta(data_dir):
         xs = test_inputs(dataset, model, 5, sound_delta=PUBLISHED[name]["delta"])
         network = load(model)
         assert len(xs) == 5 and all(delta_robust(network, x, PUBLISHED[name]["delta"], 0).robust for x in xs)
+
+
+def test_a_solver_error_is_retried_without_presolve(monkeypatch):
+    """HiGHS sometimes ends a small MILP with "Solve error" after its presolve (seen on sba); the
+    builder solves once more without presolve instead of ending Algorithm 2's loop there."""
+    import scipy.optimize
+    from scipy.optimize import OptimizeResult
+
+    real, calls = scipy.optimize.milp, []
+
+    def flaky(*args, options=None, **kwargs):
+        calls.append(dict(options))
+        if len(calls) == 1:
+            return OptimizeResult(status=4, x=None, fun=None, message="(HiGHS Status 4: Solve error)")
+        return real(*args, options=options, **kwargs)
+
+    monkeypatch.setattr(scipy.optimize, "milp", flaky)
+    network = random_mlp((2, 3, 1), np.random.default_rng(303))
+    x = np.array([0.2, 0.7])
+    cf = counterfactual(network, x)
+    assert len(calls) == 2 and calls[1]["presolve"] is False and "presolve" not in calls[0]
+    assert cf.found or cf.status == "infeasible"

@@ -166,6 +166,10 @@ class MilpBuilder:
         with _solver_output_muted():
             result = milp(c, integrality=np.array(self.integer), bounds=Bounds(np.array(self.lower), np.array(self.upper)),
                           constraints=constraints, options=options)
+            if result.status not in (0, 1, 2):  # a HiGHS "solve error" (seen after its presolve): once more without it
+                result = milp(c, integrality=np.array(self.integer),
+                              bounds=Bounds(np.array(self.lower), np.array(self.upper)), constraints=constraints,
+                              options={**options, "presolve": False})
         bound = getattr(result, "mip_dual_bound", None)
         if result.status == 0:
             status = "optimal"
