@@ -115,7 +115,7 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
             plans = [(InputSplitting(network, query, method=method, dtype=dtype, root=root), input_root(query))]
             size = batch_size
         else:  # one search per conjunction: the query holds when every one is refuted
-            plans = conjunction_searches(network, query)
+            plans = conjunction_searches(network, query, dtype=dtype, deadline=deadline)
             size = min(batch_size, 256)
         for number, (plan, state) in enumerate(plans):
             report = None

@@ -24,7 +24,7 @@ certificate, or is empty; VIOLATED only with a point confirmed by a float64 forw
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -37,17 +37,46 @@ from assay.verify.problem import UnsafeQuery
 from assay.verify.search import BoundedBranches, Branches, LeafDecision, SearchState, SearchStats
 
 
-def conjunction_searches(network: Network, query: UnsafeQuery) -> list[tuple[ReluSplitting, SearchState]]:
+def conjunction_searches(network: Network, query: UnsafeQuery, *, dtype: str = "float64",
+                         deadline: Deadline | None = None) -> list[tuple[ReluSplitting, SearchState]]:
     """One ReLU-splitting search per conjunction of the query: (strategy, root state) pairs.
 
-    The query holds when every conjunction is refuted.
+    The query holds when every conjunction is refuted. With several conjunctions (e.g. one per
+    competing class), the root — the whole box with no split — is bounded once by α-CROWN for
+    every row together, and each search starts from its rows of that bound: the intermediate
+    bounds, the costly part on wide networks, are computed once instead of once per
+    conjunction. (α is optimised per row, so the rows' bounds are those of separate calls.)
     """
+    shared = None
+    if query.num_groups > 1:
+        shared = _root_bounds(network, query, query.C, query.d, dtype, deadline)
     searches = []
     for g in range(query.num_groups):
         rows = query.groups == g
-        strategy = ReluSplitting(network, query, query.C[rows], query.d[rows])
+        root = None if shared is None else _rows_of(shared, rows)
+        strategy = ReluSplitting(network, query, query.C[rows], query.d[rows], dtype=dtype, root_bounds=root)
         searches.append((strategy, strategy.root()))
     return searches
+
+
+def _root_bounds(network, query, C, d, dtype, deadline: Deadline | None):
+    box = query.lower.reshape(1, *network.input_shape), query.upper.reshape(1, *network.input_shape)
+    return compute_bounds(network, box, spec=(C, d), method="alpha", dtype=dtype, sides="upper",
+                          options=AlphaCrownOptions(iterations=20), return_linear=True,
+                          deadline=None if deadline is None else deadline.at)
+
+
+def _rows_of(result, rows: torch.Tensor):
+    """The bounds of some rows of a root BoundsResult (the intermediate bounds are shared)."""
+    linear = result.linear
+    return replace(result, lower=result.lower[:, rows], upper=result.upper[:, rows], C=result.C[:, rows],
+                   d=result.d[:, rows],
+                   linear=replace(linear, lower_A=None, lower_b=None, upper_A=linear.upper_A[:, rows],
+                                  upper_b=linear.upper_b[:, rows]))
+
+
+# Above this many ReLUs, children reuse their parents' intermediate bounds without refining them.
+REFINE_MAX_RELUS = 2000
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,12 +89,19 @@ class ReluSplitting:
     """The ReLU-splitting :class:`~assay.verify.search.SearchStrategy` for one conjunction ``C y + d ≥ 0``.
 
     ``beta_iterations``: β-CROWN iterations per round; the root gets 20 α-CROWN iterations.
+
+    Children's pre-activation bounds: a split at ReLU layer k leaves the parent's bounds of
+    layers ≤ k valid (clamped by the split), so only later layers are recomputed. On wide
+    networks (more than :data:`REFINE_MAX_RELUS` ReLUs) recomputing them costs far more than
+    the β-CROWN pass itself, so children keep their parent's bounds as they are (as β-CROWN
+    does) and the split constraints enter only through β and the clamping.
     """
 
     def __init__(self, network: Network, query: UnsafeQuery, C: torch.Tensor, d: torch.Tensor, *,
-                 dtype: str = "float64", beta_iterations: int = 10):
+                 dtype: str = "float64", beta_iterations: int = 10, root_bounds=None):
         self.network, self.query, self.C, self.d, self.dtype = network, query, C, d, dtype
         self._options = BetaCrownOptions(iterations=beta_iterations)
+        self._root_bounds = root_bounds  # the root's bounds when already computed (shared by conjunctions)
 
     def root(self) -> SearchState:
         """The whole box with no split, weight 1 (a depth-k branch weighs 2^−k)."""
@@ -79,14 +115,18 @@ class ReluSplitting:
         count = len(branches)
         box = (branches.lower.reshape(count, *shape), branches.upper.reshape(count, *shape))
         is_root = branches.parents is None
-        if is_root:
-            result = compute_bounds(self.network, box, spec=(self.C, self.d), method="alpha", dtype=self.dtype,
-                                    sides="upper", options=AlphaCrownOptions(iterations=20), return_linear=True,
-                                    deadline=deadline.at)
+        if is_root and self._root_bounds is not None and count == 1:
+            result = self._root_bounds
+        elif is_root:
+            result = _root_bounds(self.network, self.query, self.C, self.d, self.dtype, deadline)
         else:
+            refine = self.network.num_relus <= REFINE_MAX_RELUS
+            newest = branches.tags.get("split_layer") if branches.tags else None
+            fixed = int(newest.min()) + 1 if refine and newest is not None else 0
             result = compute_bounds(
                 self.network, box, spec=(self.C, self.d), method="beta", dtype=self.dtype, sides="upper",
                 splits=[s.to(torch.int64) for s in branches.splits], intermediate=branches.parents,
+                refine_intermediate=refine, fixed_layers=fixed,
                 options=self._options, return_linear=True, deadline=deadline.at,
             )
         stats.bound_calls += 1
@@ -121,11 +161,11 @@ class ReluSplitting:
 
     def split(self, bounded: BoundedBranches, open_) -> Branches:
         domains = bounded.branches.select(open_)
-        child_splits, child_parents = _branch(self.network, self.C, list(domains.splits), domains.parents,
-                                              bounded.payload.result.upper[open_])
+        child_splits, child_parents, layer = _branch(self.network, self.C, list(domains.splits), domains.parents,
+                                                     bounded.payload.result.upper[open_])
         both = torch.cat([torch.arange(len(domains)), torch.arange(len(domains))])
         return Branches(domains.lower[both], domains.upper[both], tuple(child_splits), child_parents,
-                        domains.weight[both] / 2)
+                        domains.weight[both] / 2, tags={"split_layer": layer[both]})
 
 
 def _probe(network, query, result, open_, attack: bool = False, deadline: Deadline | None = None):
@@ -151,7 +191,7 @@ def _branch(network, C, splits, intermediate: IntermediateBounds, row_upper):
     must have one: leaves are decided by :mod:`assay.verify.leaf_lp`).
 
     Returns (child splits per layer: first every domain's z ≥ 0 child, then its z ≤ 0 child;
-    the children's inherited pre-activation bounds).
+    the children's inherited pre-activation bounds; the ReLU layer split in each domain (B,)).
     """
     count = splits[0].shape[0]
     scores = _babsr_scores(network, C, splits, intermediate, row_upper)
@@ -175,7 +215,8 @@ def _branch(network, C, splits, intermediate: IntermediateBounds, row_upper):
         children.append(child)
     child_splits = [torch.cat([children[0][k], children[1][k]]) for k in range(len(splits))]
     both = torch.cat([torch.arange(count), torch.arange(count)])
-    return child_splits, intermediate.select(both)
+    layer = torch.bucketize(best, offsets[1:], right=True)
+    return child_splits, intermediate.select(both), layer
 
 
 def _babsr_scores(network, C, splits, intermediate, row_upper):
