@@ -76,3 +76,24 @@ def test_run_instance_writes_error_for_a_model_assay_cannot_bound(tmp_path):
     assert out.read_text() == "error\n"
     reasons = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(reasons) == 1 and "'Sin'" in reasons[0]
+
+
+def fake_assay(tmp_path, body: str) -> dict:
+    """An environment whose $ASSAY is a shell script (to drive run_instance.sh's own safety nets)."""
+    command = tmp_path / "fake-assay"
+    command.write_text("#!/usr/bin/env bash\n" + body + "\n")
+    command.chmod(0o755)
+    return os.environ | {"ASSAY": str(command), "ASSAY_TIMEOUT_GRACE": "1"}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("body, word, message", [
+    ("sleep 30", "timeout", "did not stop within 3 s"),  # hangs past TIMEOUT + grace: stopped, counted as timeout
+    ("echo 'Traceback: boom' >&2; exit 1", "error", "exit code 1"),  # dies without a result
+])
+def test_run_instance_records_a_run_that_hangs_or_dies(tmp_path, body, word, message):
+    out = tmp_path / "result.txt"
+    done = subprocess.run(["bash", str(SCRIPTS / "run_instance.sh"), "v1", "test", "m.onnx", "p.vnnlib", str(out), "1"],
+                          capture_output=True, text=True, env=fake_assay(tmp_path, body), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert out.read_text() == word + "\n" and message in done.stderr
