@@ -100,7 +100,16 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
             if not root.refuted:
                 open_queries.append((query, root))
     else:
-        open_queries = [(q, None) for q in queries]
+        # The same for ReLU splitting: the root (the whole box, no split) is bounded once per
+        # query for all its conjunctions before any attack, and queries it refutes are done.
+        open_queries = []
+        for query in queries:
+            if deadline.passed():
+                return finish(VerificationStatus.TIMEOUT)
+            plans = conjunction_searches(network, query, dtype=dtype, deadline=deadline)
+            stats.bound_calls += 1
+            if not all(plan.refuted_at_root for plan, _ in plans):
+                open_queries.append((query, plans))
     if options.attack_restarts:
         for query, _ in open_queries:
             stats.attacks += 1
@@ -115,7 +124,7 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
             plans = [(InputSplitting(network, query, method=method, dtype=dtype, root=root), input_root(query))]
             size = batch_size
         else:  # one search per conjunction: the query holds when every one is refuted
-            plans = conjunction_searches(network, query, dtype=dtype, deadline=deadline)
+            plans = [(plan, state) for plan, state in root if not plan.refuted_at_root]
             size = min(batch_size, 256)
         for number, (plan, state) in enumerate(plans):
             report = None

@@ -41,19 +41,18 @@ def conjunction_searches(network: Network, query: UnsafeQuery, *, dtype: str = "
                          deadline: Deadline | None = None) -> list[tuple[ReluSplitting, SearchState]]:
     """One ReLU-splitting search per conjunction of the query: (strategy, root state) pairs.
 
-    The query holds when every conjunction is refuted. With several conjunctions (e.g. one per
-    competing class), the root — the whole box with no split — is bounded once by α-CROWN for
-    every row together, and each search starts from its rows of that bound: the intermediate
-    bounds, the costly part on wide networks, are computed once instead of once per
-    conjunction. (α is optimised per row, so the rows' bounds are those of separate calls.)
+    The query holds when every conjunction is refuted. The root — the whole box with no split —
+    is bounded here, once by α-CROWN for every row of every conjunction together, and each
+    search starts from its rows of that bound (:attr:`ReluSplitting.refuted_at_root` tells
+    which need no search): the intermediate bounds, the costly part on wide networks, are
+    computed once instead of once per conjunction. (α is optimised per row, so the rows' bounds
+    are those of separate calls.)
     """
-    shared = None
-    if query.num_groups > 1:
-        shared = _root_bounds(network, query, query.C, query.d, dtype, deadline)
+    shared = _root_bounds(network, query, query.C, query.d, dtype, deadline)
     searches = []
     for g in range(query.num_groups):
         rows = query.groups == g
-        root = None if shared is None else _rows_of(shared, rows)
+        root = _rows_of(shared, rows)
         strategy = ReluSplitting(network, query, query.C[rows], query.d[rows], dtype=dtype, root_bounds=root)
         searches.append((strategy, strategy.root()))
     return searches
@@ -102,6 +101,11 @@ class ReluSplitting:
         self.network, self.query, self.C, self.d, self.dtype = network, query, C, d, dtype
         self._options = BetaCrownOptions(iterations=beta_iterations)
         self._root_bounds = root_bounds  # the root's bounds when already computed (shared by conjunctions)
+
+    @property
+    def refuted_at_root(self) -> bool:
+        """True when the root's bounds (given at construction) already refute the conjunction."""
+        return self._root_bounds is not None and bool((self._root_bounds.upper < 0).any())
 
     def root(self) -> SearchState:
         """The whole box with no split, weight 1 (a depth-k branch weighs 2^−k)."""
