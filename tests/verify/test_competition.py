@@ -14,11 +14,13 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
+import torch
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
 from assay.cli.main import app
 from assay.errors import DataError, OptionError
+from assay.nn import load
 from assay.verify import VerificationResult, VerificationStatus
 from assay.verify.competition import (
     CompetitionResult,
@@ -143,12 +145,43 @@ def test_sat_carries_the_rechecked_counterexample_and_onnxruntime_agrees(tmp_pat
     assert answer.word == "sat" and answer.status is VerificationStatus.VIOLATED
     counterexample = answer.verification.counterexample
     assert answer.input.tolist() == counterexample.input.reshape(-1).tolist()  # the verifier's re-checked point
-    assert answer.output.tolist() == counterexample.output.reshape(-1).tolist()  # and its forward pass's output
+    assert np.abs(answer.output - counterexample.output.reshape(-1).numpy()).max() <= 1e-6  # its output (float32 pass)
     parsed = read_result_file(write_result_file(tmp_path / "out.txt", answer))
     x, y = parsed.input, parsed.output
     assert ((0.0 <= x) & (x <= 1.0)).all()
     assert np.abs(onnx_output(model, x) - y).max() <= 1e-5
     assert y[0] >= 1.5  # the unsafe condition of the property
+
+
+def write_wide_sum_onnx(path, inputs: int = 64):
+    """y0 = w·x with 64 weights in [50, 150] (float32): outputs near 6,000; y1 = 0."""
+    weights = np.random.default_rng(5).uniform(50, 150, (2, inputs)).astype(np.float32)
+    weights[1] = 0.0
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["input", "w", "b"], ["output"], name="sum", transB=1)], "wide",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, inputs])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 2])],
+        [numpy_helper.from_array(weights, "w"), numpy_helper.from_array(np.zeros(2, np.float32), "b")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path, weights[0].astype(np.float64)
+
+
+def test_y_is_what_the_checker_recomputes(tmp_path):
+    model, weights = write_wide_sum_onnx(tmp_path / "wide.onnx")
+    declarations = "".join(f"(declare-const X_{i} Real)\n" for i in range(64)) + "(declare-const Y_0 Real)\n(declare-const Y_1 Real)\n"
+    box = "".join(f"(assert (>= X_{i} 0.1))\n(assert (<= X_{i} 0.9))\n" for i in range(64))
+    threshold = float(0.85 * weights.sum())  # reached near the upper corner
+    prop = tmp_path / "wide.vnnlib"
+    prop.write_text(declarations + box + f"(assert (>= Y_0 {threshold!r}))\n")
+    answer = run_instance(model, prop, 60.0)
+    assert answer.word == "sat"
+    x = answer.input
+    float64_output = float(weights @ x)
+    # Y is the float32 forward pass of X cast to float32 (what the checker recomputes), not float64's.
+    float32_output = load(model).forward(torch.as_tensor(x.astype(np.float32)).reshape(1, 64), dtype="float32")
+    assert answer.output.tolist() == float32_output.reshape(-1).double().tolist()
+    assert np.abs(onnx_output(model, x) - answer.output).max() < 1e-4  # the published checker's tolerance
+    assert answer.output[0] >= threshold and float64_output >= threshold and ((0.1 <= x) & (x <= 0.9)).all()
 
 
 def test_unsat_is_not_falsified_by_sampling(tmp_path, rng):
