@@ -219,3 +219,23 @@ def test_many_domains_grouped_by_unstable_count_stay_sound_and_match_one_by_one(
                             for i in range(lower.shape[0])])
     assert torch.allclose(together.lower, one_by_one, rtol=1e-9, atol=1e-9)
     assert_contains(together, forward_batched(network, sample_box(lower, upper, rng, 1000)))
+
+
+@FAST
+@given(network=networks, seed=st.integers(0, 2**32 - 1))
+def test_warm_started_alphas_stay_sound(network, seed):
+    """Any starting slopes give sound bounds (they are clamped to [0, 1]), and so do a result's
+    own slopes passed back (the warm start of branch and bound)."""
+    rng = np.random.default_rng(seed)
+    lower, upper = random_boxes(network, rng, batch=2, max_width=2.0)
+    first = compute_bounds(network, (lower, upper), method="alpha", options=AlphaCrownOptions(iterations=5))
+    rows = first.C.shape[1] * 2
+    wild = [None if a is None else torch.as_tensor(rng.uniform(-0.5, 1.5, size=(2, rows, *a.shape[2:])))
+            for a in first.alphas]
+    result = compute_bounds(network, (lower, upper), method="alpha", alphas=wild, options=AlphaCrownOptions(iterations=2))
+    x = sample_box(lower, upper, rng, SAMPLES)
+    assert_contains(result, forward_batched(network, x))
+    again = compute_bounds(network, (lower, upper), method="alpha", alphas=first.alphas,
+                           options=AlphaCrownOptions(iterations=0))
+    assert_contains(again, forward_batched(network, x))
+    assert all((a is None) == (b is None) for a, b in zip(again.alphas, first.alphas))

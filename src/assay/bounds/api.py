@@ -50,6 +50,7 @@ def compute_bounds(
     objective: Objective | None = None,
     return_linear: bool = False,
     deadline: float | None = None,
+    alphas: Sequence[torch.Tensor | None] | None = None,
 ) -> BoundsResult:
     """Sound bounds of ``C · f(x) + d`` over a batch of input domains.
 
@@ -93,6 +94,10 @@ def compute_bounds(
         return_linear: also return linear bounds w.r.t. the input (CROWN-family methods).
         deadline: for ``"alpha"``/``"beta"``: a ``time.monotonic()`` instant after which no
             further optimisation step starts (the bounds stay sound, only less tight).
+        alphas: for ``"alpha"``/``"beta"``: slopes to start the optimisation from, one tensor
+            (B, S, *layer shape) or None per ReLU layer, e.g. a parent domain's
+            ``BoundsResult.alphas`` in branch and bound (any values are sound; they are
+            clamped to [0, 1]). The result's ``alphas`` are the slopes of its bounds.
 
     Returns:
         :class:`BoundsResult` with ``lower``/``upper`` of shape (B, S).
@@ -170,7 +175,7 @@ def compute_bounds(
                 bounds = interval_pass(plan, lower, upper, deltas, clamp)
 
     rows_lower, rows_upper = _sided_rows(C, d, sides)
-    linear = None
+    linear, optimised_alphas = None, None
     if not spec_of_method.linear:
         out_lower, out_upper = bounds[-1]
         lo, hi = _interval_rows(C, d, out_lower, out_upper)
@@ -201,12 +206,20 @@ def compute_bounds(
                 signs_for_beta = split_signs
             else:
                 lr_alpha, lr_beta, signs_for_beta = options.lr, 0.0, None
-            best, back, margin, iterations = optimize_bounds(
+            initial = None
+            if alphas is not None:
+                if len(alphas) != len(plan.relu_positions):
+                    raise OptionError(f"alphas has {len(alphas)} entries; the network has "
+                                      f"{len(plan.relu_positions)} ReLU layers")
+                initial = {p: a for p, a in zip(plan.relu_positions, alphas) if a is not None}
+            best, back, margin, iterations, slopes = optimize_bounds(
                 plan, stacked_C, stacked_d, bounds, center, radius,
                 deltas=deltas, split_signs=signs_for_beta, iterations=options.iterations,
                 lr_alpha=lr_alpha, lr_beta=lr_beta, lr_decay=options.lr_decay,
                 objective=objective, to_linear=to_linear, deadline=deadline, relax=relax,
+                initial_alphas=initial,
             )
+            optimised_alphas = tuple(slopes.get(p) for p in plan.relu_positions)
         stats["iterations"] = iterations
         with torch.no_grad():
             # CROWN and IBP are both sound: keep the tighter of the two for each row.
@@ -230,7 +243,8 @@ def compute_bounds(
         intermediate_out = IntermediateBounds(
             tuple(bounds[p][0] for p in plan.relu_positions), tuple(bounds[p][1] for p in plan.relu_positions)
         )
-    return BoundsResult(result_lower.detach(), result_upper.detach(), method, linear, intermediate_out, C, d, stats)
+    return BoundsResult(result_lower.detach(), result_upper.detach(), method, linear, intermediate_out, C, d, stats,
+                        optimised_alphas)
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -43,7 +43,8 @@ def optimize_bounds(
     to_linear: Callable[[Backward, torch.Tensor], LinearBounds],
     deadline: float | None = None,
     relax=relax_relu,
-) -> tuple[torch.Tensor, Backward, torch.Tensor, int]:
+    initial_alphas: dict[int, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, Backward, torch.Tensor, int, dict[int, torch.Tensor]]:
     """Maximise the lower bound of each row of ``C · f(x) + d`` over α (and β where split).
 
     Args:
@@ -55,17 +56,23 @@ def optimize_bounds(
         deadline: a ``time.monotonic()`` instant after which no further iteration starts
             (the best bound so far is returned: every iterate is sound).
         relax: the ReLU relaxation (default CROWN's); α replaces its lower slopes.
+        initial_alphas: per ReLU position, slopes (B, S, *shape) to start from (e.g. a parent
+            domain's optimised ones); values are clamped to [0, 1] (any is sound).
     Returns:
         (best lower (B, S) elementwise over iterations, Backward at the best objective per
-        domain, its margin, iterations run).
+        domain, its margin, iterations run, the α of that Backward per ReLU position).
     """
     objective = objective or default_objective
     batch, rows = C.shape[:2]
     alphas: dict[int, torch.Tensor] = {}
     relaxations = {p: relax(*bounds[p]) for p in plan.relu_positions}
+    initial_alphas = initial_alphas or {}
     for position, relax in relaxations.items():
         if relax.unstable.any():
             init = relax.lower_slope.unsqueeze(1).expand(batch, rows, *relax.lower_slope.shape[1:])
+            if position in initial_alphas:
+                given = initial_alphas[position].to(init.dtype).clamp(0.0, 1.0)
+                init = torch.where(relax.unstable.unsqueeze(1), given.expand_as(init), init)
             alphas[position] = init.clone().requires_grad_(True)
     betas: dict[int, torch.Tensor] = {}
     split_signs = split_signs or {}
@@ -89,8 +96,9 @@ def optimize_bounds(
     with torch.no_grad():
         best_back, best_lower, best_margin = evaluate()
         best_score = objective(to_linear(best_back, best_margin), best_lower)
+        best_alphas = {p: a.detach().clone() for p, a in alphas.items()}
     if not groups or iterations == 0:
-        return best_lower, best_back, best_margin, 0
+        return best_lower, best_back, best_margin, 0, best_alphas
 
     optimizer = _Adam(groups, lr_decay)
     done = 0
@@ -109,6 +117,7 @@ def optimize_bounds(
                 best_score = torch.where(improved, score.detach(), best_score)
                 best_back = _select(improved, back, best_back)
                 best_margin = torch.where(improved.unsqueeze(1), margin.detach(), best_margin)
+                _keep_improved(best_alphas, alphas, improved)
         optimizer.step()
         with torch.no_grad():
             for a in alphas.values():
@@ -122,7 +131,15 @@ def optimize_bounds(
         improved = score > best_score
         best_back = _select(improved, back, best_back)
         best_margin = torch.where(improved.unsqueeze(1), margin, best_margin)
-    return best_lower, best_back, best_margin, done
+        _keep_improved(best_alphas, alphas, improved)
+    return best_lower, best_back, best_margin, done, best_alphas
+
+
+def _keep_improved(best: dict, current: dict, improved: torch.Tensor) -> None:
+    """Copy the current α of the domains whose objective improved into ``best`` (in place)."""
+    for position, alpha in current.items():
+        mask = improved.view(-1, *([1] * (alpha.dim() - 1)))
+        best[position] = torch.where(mask, alpha.detach().clamp(0.0, 1.0), best[position])
 
 
 class _Adam:

@@ -76,6 +76,10 @@ class BoundsResult:
         intermediate: the pre-activation bounds used (to pass to a later call), or None for IBP.
         C, d: the spec rows that were bounded ((B, S, n_out) and (B, S)).
         stats: timings and iteration counts.
+        alphas: for the optimised methods, the lower slopes of the returned bounds: per ReLU
+            layer (B, S, *layer shape), or None where the layer had no unstable neuron (rows
+            ordered as the lower-bound rows, then the upper-bound rows); pass them back as
+            ``compute_bounds(alphas=...)`` to warm-start a sub-domain.
     """
 
     lower: torch.Tensor
@@ -86,6 +90,7 @@ class BoundsResult:
     C: torch.Tensor
     d: torch.Tensor
     stats: dict = field(default_factory=dict)
+    alphas: tuple | None = None
 
     def to_json(self) -> dict:
         return {

@@ -68,8 +68,9 @@ def _root_bounds(network, query, C, d, dtype, deadline: Deadline | None):
 def _rows_of(result, rows: torch.Tensor):
     """The bounds of some rows of a root BoundsResult (the intermediate bounds are shared)."""
     linear = result.linear
+    alphas = None if result.alphas is None else tuple(None if a is None else a[:, rows] for a in result.alphas)
     return replace(result, lower=result.lower[:, rows], upper=result.upper[:, rows], C=result.C[:, rows],
-                   d=result.d[:, rows],
+                   d=result.d[:, rows], alphas=alphas,
                    linear=replace(linear, lower_A=None, lower_b=None, upper_A=linear.upper_A[:, rows],
                                   upper_b=linear.upper_b[:, rows]))
 
@@ -127,16 +128,21 @@ class ReluSplitting:
             refine = self.network.num_relus <= REFINE_MAX_RELUS
             newest = branches.tags.get("split_layer") if branches.tags else None
             fixed = int(newest.min()) + 1 if refine and newest is not None else 0
+            tags = branches.tags or {}
             result = compute_bounds(
                 self.network, box, spec=(self.C, self.d), method="beta", dtype=self.dtype, sides="upper",
                 splits=[s.to(torch.int64) for s in branches.splits], intermediate=branches.parents,
-                refine_intermediate=refine, fixed_layers=fixed,
+                refine_intermediate=refine, fixed_layers=fixed, alphas=[tags.get(f"alpha_{k}") for k in
+                                                                        range(len(branches.splits))],
                 options=self._options, return_linear=True, deadline=deadline.at,
             )
         stats.bound_calls += 1
         stats.domains += count
         closed = (result.upper < 0).any(1)
-        bounded = Branches(branches.lower, branches.upper, branches.splits, result.intermediate, branches.weight)
+        # The optimised slopes go to the children, which start from them (α reused from parents).
+        alphas = {f"alpha_{k}": a for k, a in enumerate(result.alphas or ()) if a is not None}
+        bounded = Branches(branches.lower, branches.upper, branches.splits, result.intermediate, branches.weight,
+                           tags=alphas)
         settled = torch.where(closed, branches.weight, torch.zeros_like(branches.weight))
         return BoundedBranches(bounded, closed, settled, _DomainBounds(result, is_root))
 
@@ -168,8 +174,9 @@ class ReluSplitting:
         child_splits, child_parents, layer = _branch(self.network, self.C, list(domains.splits), domains.parents,
                                                      bounded.payload.result.upper[open_])
         both = torch.cat([torch.arange(len(domains)), torch.arange(len(domains))])
+        tags = {name: value[both] for name, value in (domains.tags or {}).items()}
         return Branches(domains.lower[both], domains.upper[both], tuple(child_splits), child_parents,
-                        domains.weight[both] / 2, tags={"split_layer": layer[both]})
+                        domains.weight[both] / 2, tags={**tags, "split_layer": layer[both]})
 
 
 def _probe(network, query, result, open_, attack: bool = False, deadline: Deadline | None = None):

@@ -58,7 +58,8 @@ class Branches:
         tags: a strategy's own per-branch values, carried along with the branch: a dict of
             tensors whose first dimension is B (e.g. preimage refinement's polytopes and volume
             estimates), or None. Selecting and concatenating branches selects and concatenates
-            them; :func:`branch_and_bound` can order its pending branches by one of them.
+            them (concatenation keeps the tags every part has); :func:`branch_and_bound` can
+            order its pending branches by one of them.
     """
 
     lower: torch.Tensor
@@ -101,8 +102,9 @@ class Branches:
         if all(p.row_upper is not None for p in parts):
             row_upper = torch.cat([p.row_upper for p in parts])
         tags = None
-        if all(p.tags is not None for p in parts):
-            tags = {name: torch.cat([p.tags[name] for p in parts]) for name in parts[0].tags}
+        if all(p.tags is not None for p in parts):  # the tags every part carries
+            shared = [name for name in parts[0].tags if all(name in p.tags for p in parts)]
+            tags = {name: torch.cat([p.tags[name] for p in parts]) for name in shared}
         return Branches(torch.cat([p.lower for p in parts]), torch.cat([p.upper for p in parts]), splits,
                         _concat_bounds([p.parents for p in parts], [len(p) for p in parts]),
                         torch.cat([p.weight for p in parts]), row_upper, tags)
