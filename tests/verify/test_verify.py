@@ -181,6 +181,22 @@ def test_bad_requests_raise_clear_errors():
         VerifyOptions(strategy="depth")
 
 
+def test_a_search_past_its_memory_limit_stops_unknown_not_out_of_memory():
+    """ReLU splitting keeps every pending domain's bounds; past memory_limit it answers UNKNOWN at once."""
+    n, radius = 20, 0.15
+    network = random_network(51, widths=(n, 16, 16, 2))
+    vertices = radius * torch.as_tensor(np.sign(np.random.default_rng(1).uniform(-1, 1, (200_000, n))))
+    threshold = (network.forward(vertices) @ torch.tensor([1.0, -1.0], dtype=torch.float64)).max().item() + 0.05
+    unsafe = unsafe_region(np.array([[1.0, -1.0]]), np.array([-threshold]))  # holds, after much branching
+    tight = verify(network, box(n, radius), unsafe=unsafe, timeout=60, strategy="relu", attack_restarts=0,
+                   memory_limit=1e-6)  # about a kilobyte: the root's two children already exceed it
+    assert tight.status is VerificationStatus.UNKNOWN and tight.stats.domains <= 3, tight
+    roomy = verify(network, box(n, radius), unsafe=unsafe, timeout=3, strategy="relu", attack_restarts=0)
+    assert roomy.status in (VerificationStatus.HOLDS, VerificationStatus.TIMEOUT) and roomy.stats.domains > 3, roomy
+    with pytest.raises(OptionError, match="memory_limit"):
+        VerifyOptions(memory_limit=0)
+
+
 def test_options_are_one_frozen_value_with_overrides():
     options = VerifyOptions(timeout=30, attack_restarts=0)
     with pytest.raises(dataclasses.FrozenInstanceError):

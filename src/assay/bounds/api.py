@@ -25,7 +25,7 @@ _ROW_CHUNK_ELEMENTS = 1 << 24
 # each of at least _MIN_GROUP domains.
 _GROUPS = 16
 _MIN_GROUP = 32
-# A ReLU layer with more unstable neurons than this (over all domains) is probed first: CROWN
+# A ReLU layer with more unstable neurons than this (in one domain) is probed first: CROWN
 # bounds a sample of _PROBE_ROWS of them, and the layer is refined only if that tightens them.
 _PROBE_ABOVE = 2048
 _PROBE_ROWS = 64
@@ -258,7 +258,7 @@ def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radiu
     lower, upper = bounds[position]
     batch = lower.shape[0]
     unstable = (lower < 0) & (upper > 0)
-    if int(unstable.sum()) > _PROBE_ABOVE and not _crown_tightens(plan, position, bounds, deltas, center, radius,
+    if int(unstable.reshape(batch, -1).sum(1).max()) > _PROBE_ABOVE and not _crown_tightens(plan, position, bounds, deltas, center, radius,
                                                                   relax):
         return lower, upper
     if batch <= _MIN_GROUP:

@@ -116,6 +116,12 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
             found = search(network, query, rng, restarts=options.attack_restarts, deadline=deadline)
             if found is not None:
                 return finish(VerificationStatus.VIOLATED, found, query.index)
+    memory_limit = options.memory_limit_bytes
+
+    def memory_guard(state: SearchState) -> bool:
+        # Past the memory budget the search stops (UNKNOWN) rather than exhaust the machine.
+        return state.pending_bytes > memory_limit
+
     worst = VerificationStatus.HOLDS
     for query, root in open_queries:
         if deadline.passed():
@@ -131,7 +137,7 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
             if progress is not None:
                 report = (lambda done, pending, g=number, n=len(plans): progress((g + done) / n, pending))
             outcome = branch_and_bound(plan, state, deadline, batch_size=size, stats=stats,
-                                       keep_closed=options.keep_closed, progress=report)
+                                       keep_closed=options.keep_closed, progress=report, stop=memory_guard)
             searches.append(outcome.state)
             if outcome.status is VerificationStatus.VIOLATED:
                 return finish(outcome.status, outcome.found, query.index)

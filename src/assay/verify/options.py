@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields, replace
 
 from assay._validate import check_choice, check_float, check_int
@@ -39,6 +40,9 @@ class VerifyOptions:
             count, e.g. a 1-D CNN over 800 sensor readings of which 4 are perturbed).
         keep_closed: also keep the closed branches in the result's ``searches`` (their boxes or
             split histories: memory grows with the search); pending branches are always kept.
+        memory_limit: GiB that a search's pending branches may hold (> 0); past it the search
+            stops with UNKNOWN instead of exhausting the machine (ReLU splitting keeps every
+            pending domain's pre-activation bounds). None: 40 % of the machine's memory.
     """
 
     timeout: float = 300.0
@@ -48,6 +52,7 @@ class VerifyOptions:
     attack_restarts: int = 32
     strategy: str = "auto"
     keep_closed: bool = False
+    memory_limit: float | None = None
 
     def __post_init__(self):
         check_float(self.timeout, "timeout", "verify", minimum=0.0, strict=True)
@@ -57,6 +62,8 @@ class VerifyOptions:
         check_int(self.batch_size, "batch_size", "verify", minimum=1)
         check_int(self.attack_restarts, "attack_restarts", "verify", minimum=0)
         check_choice(self.strategy, "strategy", "verify", ("auto", "input", "relu"))
+        if self.memory_limit is not None:
+            check_float(self.memory_limit, "memory_limit", "verify", minimum=0.0, strict=True)
         if not isinstance(self.keep_closed, bool):
             raise OptionError(f"the `keep_closed` option of verify must be True or False; got {self.keep_closed!r}")
 
@@ -70,6 +77,17 @@ class VerifyOptions:
         if options is not None and not isinstance(options, VerifyOptions):
             raise OptionError(f"the `options` argument of verify must be a VerifyOptions; got {type(options).__name__}")
         return replace(options or cls(), **overrides)
+
+    @property
+    def memory_limit_bytes(self) -> int:
+        """:attr:`memory_limit` in bytes (its default resolved on this machine)."""
+        if self.memory_limit is not None:
+            return int(self.memory_limit * 2**30)
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):  # not a POSIX system: assume 8 GiB
+            total = 8 * 2**30
+        return int(0.4 * total)
 
     def strategy_for(self, input_size: int) -> str:
         """The strategy used when ``input_size`` inputs vary over the box (resolves ``"auto"``)."""

@@ -73,6 +73,16 @@ class Branches:
     def __len__(self) -> int:
         return self.weight.shape[0]
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the tensors these branches hold."""
+        tensors = [self.lower, self.upper, self.weight, *(self.splits or ()), *(self.tags or {}).values()]
+        if self.row_upper is not None:
+            tensors.append(self.row_upper)
+        if self.parents is not None:
+            tensors += [*self.parents.lower, *self.parents.upper]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
     def select(self, which) -> Branches:
         """The branches picked by a bool mask, an index tensor or a slice."""
         return Branches(
@@ -190,6 +200,11 @@ class SearchState:
     @property
     def pending_count(self) -> int:
         return sum(len(chunk) for chunk in self.pending)
+
+    @property
+    def pending_bytes(self) -> int:
+        """Memory held by the pending branches' tensors (boxes, splits, inherited bounds, tags)."""
+        return sum(chunk.nbytes for chunk in self.pending)
 
     @property
     def closed_count(self) -> int:
