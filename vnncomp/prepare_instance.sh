@@ -8,22 +8,12 @@
 # depend on the benchmark.
 set -uo pipefail
 
-VERSION_STRING=v1
-if [ "${1:-}" != "$VERSION_STRING" ]; then
-    echo "Expected first argument (version string) '$VERSION_STRING', got '${1:-}'" >&2
-    exit 1
-fi
-if [ "$#" -ne 4 ]; then
-    echo "usage: prepare_instance.sh v1 BENCHMARK ONNX VNNLIB (got $# arguments)" >&2
-    exit 1
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
+check_arguments "prepare_instance.sh v1 BENCHMARK ONNX VNNLIB" 4 "$@"
 
 CATEGORY=$2
 ONNX_FILE=$3
 VNNLIB_FILE=$4
-TOOL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# The assay command: the one install_tool.sh installed, unless $ASSAY names another.
-ASSAY="${ASSAY:-$TOOL_DIR/.venv/bin/assay}"
 
 echo "Preparing assay for benchmark '$CATEGORY': onnx '$ONNX_FILE', vnnlib '$VNNLIB_FILE'"
 if [ ! -x "$ASSAY" ]; then

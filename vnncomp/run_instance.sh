@@ -11,24 +11,14 @@
 # so that the competition reads the verdict from it.
 set -uo pipefail
 
-VERSION_STRING=v1
-if [ "${1:-}" != "$VERSION_STRING" ]; then
-    echo "Expected first argument (version string) '$VERSION_STRING', got '${1:-}'" >&2
-    exit 1
-fi
-if [ "$#" -ne 6 ]; then
-    echo "usage: run_instance.sh v1 BENCHMARK ONNX VNNLIB RESULT_FILE TIMEOUT (got $# arguments)" >&2
-    exit 1
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
+check_arguments "run_instance.sh v1 BENCHMARK ONNX VNNLIB RESULT_FILE TIMEOUT" 6 "$@"
 
 CATEGORY=$2
 ONNX_FILE=$3
 VNNLIB_FILE=$4
 RESULT_FILE=$5
 TIMEOUT=$6
-TOOL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# The assay command: the one install_tool.sh installed, unless $ASSAY names another.
-ASSAY="${ASSAY:-$TOOL_DIR/.venv/bin/assay}"
 
 echo "Running assay on benchmark '$CATEGORY': onnx '$ONNX_FILE', vnnlib '$VNNLIB_FILE', result file '$RESULT_FILE', timeout $TIMEOUT s"
 rm -f "$RESULT_FILE"
