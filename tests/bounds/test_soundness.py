@@ -239,3 +239,30 @@ def test_warm_started_alphas_stay_sound(network, seed):
                            options=AlphaCrownOptions(iterations=0))
     assert_contains(again, forward_batched(network, x))
     assert all((a is None) == (b is None) for a, b in zip(again.alphas, first.alphas))
+
+
+@FAST
+@given(network=networks, seed=st.integers(0, 2**32 - 1))
+def test_forward_magnitudes_cover_the_tracked_rounding_magnitudes(network, seed):
+    """forward_magnitudes' claim, checked against the magnitudes backsubstitute tracks row by row:
+    A_abs·(|c| + r) + b_abs ≤ |C|·M + |d| for unit rows at every ReLU input and at the output."""
+    from assay.bounds.crown import backsubstitute, forward_magnitudes
+    from assay.bounds.ibp import center_radius, interval_pass
+    from assay.bounds.plan import plan_for
+
+    rng = np.random.default_rng(seed)
+    lower, upper = random_boxes(network, rng, batch=2, max_width=2.0)
+    plan = plan_for(network, torch.float64)
+    bounds = interval_pass(plan, lower, upper)
+    center, radius = center_radius(lower, upper)
+    for target in [*plan.relu_positions, len(plan.stages)]:
+        shape = bounds[target][0].shape[1:]
+        size = int(np.prod(shape))
+        C = torch.eye(size, dtype=torch.float64).reshape(1, size, *shape).expand(2, size, *shape)
+        d = torch.zeros(2, size, dtype=torch.float64)
+        tracked = backsubstitute(plan, target, C, d, bounds)
+        flat = lambda t: t.reshape(t.shape[0], t.shape[1], -1)  # noqa: E731
+        magnitude = (flat(tracked.A_abs) * (center.abs() + radius).reshape(2, 1, -1)).sum(-1) + tracked.b_abs
+        assert (magnitude <= forward_magnitudes(plan, target, bounds, center, radius).reshape(2, -1)).all()
+        plain = backsubstitute(plan, target, C, d, bounds, track_abs=False)
+        assert torch.equal(plain.A, tracked.A) and torch.equal(plain.b, tracked.b)

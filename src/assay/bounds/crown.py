@@ -76,27 +76,30 @@ def backsubstitute(
         relax: the ReLU relaxation for the others (default CROWN's, :func:`relax_relu`).
         track_abs: False skips the rounding magnitudes (``A_abs``, ``b_abs`` are None; half the
             work): the caller then bounds rounding with :func:`forward_magnitudes` instead.
+            Only without ``deltas`` and ``betas``, which that bound does not cover.
     """
-    if not track_abs:
-        return _backsubstitute_plain(plan, target, C, d, bounds, relaxations or {}, relax)
     deltas = deltas or {}
     slopes = slopes or {}
     betas = betas or {}
     relaxations = relaxations or {}
+    if not track_abs and (deltas or betas):
+        raise ValueError("track_abs=False needs exact weights and no split multipliers (see forward_magnitudes)")
     b = d.clone()
     # |A| is bounded by |C| times the absolute weights (ReLU slopes lie in [0, 1]), the same for
     # every domain: track that bound once, with batch 1, unless split multipliers add to it.
-    b_abs = d.abs()
-    # Coefficients waiting on each tensor: (A, A_abs). A chain keeps exactly one entry.
-    pending = {target: (C, C.abs().amax(0, keepdim=True))}
+    b_abs = d.abs() if track_abs else None
+    # Coefficients waiting on each tensor: (A, A_abs), or (A,) without magnitudes. A chain keeps
+    # exactly one entry.
+    pending = {target: (C, C.abs().amax(0, keepdim=True)) if track_abs else (C,)}
     for position in range(target - 1, -1, -1):
         if position + 1 not in pending:
             continue  # the stage's output does not reach the target
-        A, A_abs = pending.pop(position + 1)
+        A, *rest = pending.pop(position + 1)
+        A_abs = rest[0] if track_abs else None
         stage = plan.stages[position]
         if isinstance(stage, AddStage):
             for source in stage.sources:
-                accumulate(pending, source, (A, A_abs))
+                accumulate(pending, source, (A, *rest))
             continue
         if isinstance(stage, ReluStage):
             relaxation = relaxations.get(position) or relax(*bounds[position])
@@ -104,8 +107,9 @@ def backsubstitute(
             if position in slopes:
                 lower_slope = torch.where(relaxation.unstable.unsqueeze(1), slopes[position], lower_slope)
             b = b + _dot(A.clamp(max=0), relaxation.upper_intercept)
-            b_abs = b_abs + _dot(A_abs, relaxation.upper_intercept.abs())
             A = A * torch.where(A >= 0, lower_slope, relaxation.upper_slope.unsqueeze(1))
+            if track_abs:
+                b_abs = b_abs + _dot(A_abs, relaxation.upper_intercept.abs())
             if position in betas:
                 A = A + betas[position]
                 A_abs = A_abs + betas[position].abs()
@@ -117,38 +121,14 @@ def backsubstitute(
                 b_abs = b_abs + _dot(A_abs, noise)
             if stage.bias is not None:
                 b = b + stage.bias_term(A)
-                b_abs = b_abs + stage.bias_term(A_abs, stage.bias.abs())
+                if track_abs:
+                    b_abs = b_abs + stage.bias_term(A_abs, stage.bias.abs())
             A = stage.backward(A)
-            A_abs = stage.backward_abs(A_abs) if stage.abs_weight is not None else stage.backward(A_abs)
-        accumulate(pending, stage.sources[0], (A, A_abs))
-    A, A_abs = pending.pop(0)
-    return Backward(A, b, A_abs, b_abs)
-
-
-def _backsubstitute_plain(plan: Plan, target: int, C, d, bounds, relaxations, relax) -> Backward:
-    """:func:`backsubstitute` without weight perturbation, α, β or rounding magnitudes."""
-    b = d.clone()
-    pending = {target: (C,)}
-    for position in range(target - 1, -1, -1):
-        if position + 1 not in pending:
-            continue
-        (A,) = pending.pop(position + 1)
-        stage = plan.stages[position]
-        if isinstance(stage, AddStage):
-            for source in stage.sources:
-                accumulate(pending, source, (A,))
-            continue
-        if isinstance(stage, ReluStage):
-            relaxation = relaxations.get(position) or relax(*bounds[position])
-            b = b + _dot(A.clamp(max=0), relaxation.upper_intercept)
-            A = A * torch.where(A >= 0, relaxation.lower_slope.unsqueeze(1), relaxation.upper_slope.unsqueeze(1))
-        else:
-            if stage.bias is not None:
-                b = b + stage.bias_term(A)
-            A = stage.backward(A)
-        accumulate(pending, stage.sources[0], (A,))
-    (A,) = pending.pop(0)
-    return Backward(A, b, None, None)
+            if track_abs:
+                A_abs = stage.backward_abs(A_abs) if stage.abs_weight is not None else stage.backward(A_abs)
+        accumulate(pending, stage.sources[0], (A, A_abs) if track_abs else (A,))
+    A, *rest = pending.pop(0)
+    return Backward(A, b, rest[0] if track_abs else None, b_abs)
 
 
 def forward_magnitudes(plan: Plan, target: int, bounds, center, radius, relax=relax_relu) -> torch.Tensor:

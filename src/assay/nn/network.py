@@ -157,12 +157,11 @@ class Network:
 
     __call__ = forward
 
-    def tensors(self, x: torch.Tensor, *, keep_grad: bool = False) -> list[torch.Tensor]:
+    def tensors(self, x: torch.Tensor) -> list[torch.Tensor]:
         """Every tensor of the network on a batch ``x`` (in ``x``'s dtype): ``[input, layer 0's
         output, ...]``, so ``tensors(x)[i]`` for a ReLU layer ``i`` are its pre-activations.
 
-        ``keep_grad=True`` keeps the computation differentiable (for attacks); otherwise call
-        it under ``torch.no_grad()`` or accept the autograd cost.
+        Differentiable when ``x`` requires a gradient; call it under ``torch.no_grad()`` otherwise.
         """
         values = [x]
         for index, reads in enumerate(self.sources):
