@@ -9,7 +9,9 @@ walks use the public functions exported here, never the modules' private names:
 * the steps: :func:`interval_pass` (IBP), :func:`relax_relu`, :func:`backsubstitute` and
   :func:`concretize` (CROWN), :func:`optimize_bounds` (α/β-CROWN);
 * the shared walks (:mod:`assay.bounds.walks`): :func:`gradient_bounds`, :func:`lipschitz_bounds`,
-  :func:`input_sensitivities`, :func:`affine_forms`, :func:`pattern_lower_bound`.
+  :func:`input_sensitivities`, :func:`affine_forms`, :func:`pattern_lower_bound`;
+* :func:`relu_coefficients`: the weight of every ReLU input in CROWN's bound of the rows
+  (branching heuristics).
 
 Names are loaded on first use: the method registry (:mod:`assay.bounds.methods`) can be read
 without loading torch.
@@ -44,6 +46,8 @@ __all__ = [
     "input_sensitivities",
     "affine_forms",
     "pattern_lower_bound",
+    "ReluCoefficients",
+    "relu_coefficients",
 ]
 
 _HOMES = {
@@ -71,6 +75,8 @@ _HOMES = {
     "input_sensitivities": "assay.bounds.walks",
     "affine_forms": "assay.bounds.walks",
     "pattern_lower_bound": "assay.bounds.walks",
+    "ReluCoefficients": "assay.bounds.relu_coefficients",
+    "relu_coefficients": "assay.bounds.relu_coefficients",
 }
 
 

@@ -1,0 +1,119 @@
+"""The weight of every ReLU input in CROWN's linear lower bound of the spec rows.
+
+Backward substitution (:func:`assay.bounds.backsubstitute`) turns ``C · f(x) + d`` into
+``A · x + b`` by crossing the stages from the output back to the input; on its way it holds,
+at the input ``z`` of each ReLU layer, a coefficient tensor ``Λ`` such that
+
+    C · f(x) + d  ≥  Λ · z(x) + (terms of the earlier layers and the relaxations' intercepts).
+
+``Λ[i, s, j]`` says how much neuron j's relaxation is worth to row s of domain i: branching
+heuristics weigh a neuron's looseness by it (BaBSR; PREMAP2's *area*, *under* and *extra* scores,
+which read auto_LiRPA's ``lA`` of the ReLU's input node, the same quantity). This module walks
+the stages once and returns every layer's ``Λ`` together with the final ``A`` and ``b``.
+
+It is a heuristic's input, not a bound: there are no rounding margins, no split multipliers β
+and no weight perturbation. Its final ``A`` equals :func:`assay.bounds.compute_bounds`'s
+``linear.lower_A`` for ``method="crown"`` (or for given α slopes) on the same intermediate
+bounds, which is what the tests pin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from assay.bounds.plan import AddStage, ReluStage, accumulate, plan_for
+from assay.bounds.relaxation import relax_relu
+from assay.bounds.result import IntermediateBounds
+from assay.nn.network import Network
+
+__all__ = ["ReluCoefficients", "relu_coefficients"]
+
+
+@dataclass(frozen=True, eq=False)
+class ReluCoefficients:
+    """``layers[k]``: Λ of ReLU layer k, (B, S, *layer shape); ``A`` (B, S, *input shape) and
+    ``b`` (B, S): the linear lower bound the walk ends with (without rounding margins)."""
+
+    layers: tuple[torch.Tensor, ...]
+    A: torch.Tensor
+    b: torch.Tensor
+
+
+def relu_coefficients(
+    network: Network,
+    intermediate: IntermediateBounds,
+    C: torch.Tensor,
+    d: torch.Tensor | None = None,
+    *,
+    alphas: Sequence[torch.Tensor | None] | None = None,
+) -> ReluCoefficients:
+    """Λ of every ReLU layer for the rows ``C f(x) + d`` over domains with the given pre-activation bounds.
+
+    Args:
+        network: the network f.
+        intermediate: pre-activation bounds of the B domains (e.g. ``BoundsResult.intermediate``;
+            with ReLU splits already applied, as :func:`compute_bounds` returns them).
+        C: rows (S, n_out) shared by all domains or (B, S, n_out); d: (S,) or (B, S), default 0.
+        alphas: lower slopes of unstable neurons, one (B, S, *layer shape) tensor or None per
+            ReLU layer (e.g. the first S rows of ``BoundsResult.alphas``); None: CROWN's
+            adaptive choice (slope 1 where u > −l, else 0).
+
+    Returns:
+        :class:`ReluCoefficients` in float64. At a ReLU, a row's coefficient on the ReLU's output
+        is multiplied by the relaxation's lower slope where it is ≥ 0 and by the upper (chord)
+        slope where it is < 0 (the side a lower bound needs): that product is Λ.
+    """
+    plan = plan_for(network, torch.float64)
+    batch = intermediate.batch_size
+    C = torch.as_tensor(C, dtype=torch.float64)
+    if C.dim() == 2:
+        C = C.unsqueeze(0).expand(batch, *C.shape)
+    rows = C.shape[1]
+    d = torch.zeros(batch, rows, dtype=torch.float64) if d is None else torch.as_tensor(d, dtype=torch.float64)
+    if d.dim() == 1:
+        d = d.unsqueeze(0).expand(batch, rows)
+    if len(intermediate.lower) != len(plan.relu_positions):
+        raise ValueError(f"intermediate bounds cover {len(intermediate.lower)} ReLU layers; the network has "
+                         f"{len(plan.relu_positions)}")
+    layer_of = {position: k for k, position in enumerate(plan.relu_positions)}
+    b = d.clone()
+    pending = {len(plan.stages): (C.reshape(batch, rows, *network.output_shape),)}
+    layers: list[torch.Tensor | None] = [None] * len(plan.relu_positions)
+    for position in range(len(plan.stages) - 1, -1, -1):
+        stage = plan.stages[position]
+        if position + 1 not in pending:
+            if isinstance(stage, ReluStage):  # the layer does not reach the rows
+                layers[layer_of[position]] = torch.zeros(batch, rows, *stage.shape, dtype=torch.float64)
+            continue
+        (A,) = pending.pop(position + 1)
+        if isinstance(stage, AddStage):
+            for source in stage.sources:
+                accumulate(pending, source, (A,))
+            continue
+        if isinstance(stage, ReluStage):
+            k = layer_of[position]
+            lower = intermediate.lower[k].to(torch.float64)
+            upper = intermediate.upper[k].to(torch.float64)
+            relaxation = relax_relu(lower, upper)
+            lower_slope = relaxation.lower_slope.unsqueeze(1)
+            if alphas is not None and alphas[k] is not None:
+                lower_slope = torch.where(relaxation.unstable.unsqueeze(1), alphas[k].to(torch.float64).clamp(0, 1),
+                                          lower_slope)
+            b = b + _dot(A.clamp(max=0), relaxation.upper_intercept)
+            A = A * torch.where(A >= 0, lower_slope, relaxation.upper_slope.unsqueeze(1))
+            layers[k] = A
+        else:
+            if stage.bias is not None:
+                b = b + stage.bias_term(A)
+            A = stage.backward(A)
+        accumulate(pending, stage.sources[0], (A,))
+    (A,) = pending.pop(0)
+    return ReluCoefficients(tuple(layers), A, b)
+
+
+def _dot(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Σ over the trailing dims of A (B, S, *shape) times v (B, *shape) → (B, S)."""
+    return A.reshape(A.shape[0], A.shape[1], -1).matmul(v.reshape(v.shape[0], -1, 1)).squeeze(-1)
