@@ -8,8 +8,9 @@ every j ≠ t otherwise. A tie (a row exactly 0) counts as invalid, so validity 
 boundary.
 
 **MILP.** :class:`MilpBuilder` collects variables (bounds, integrality) and sparse rows and solves
-with HiGHS through :func:`scipy.optimize.milp`; :class:`MilpSolution` carries the primal point, the
-objective, the solver's proven bound and the status. scipy is imported on the first solve.
+with HiGHS through highspy (:func:`run_highs`, settings :data:`HIGHS_OPTIONS`); :class:`MilpSolution`
+carries the primal point, the objective, the solver's proven bound and the status. highspy is
+imported on the first solve.
 """
 
 from __future__ import annotations
@@ -110,6 +111,25 @@ def _solver_output_muted():
         os.close(devnull)
 
 
+# Relative optimality gap of every MILP: 0 asks HiGHS for the optimum itself (its absolute gap, 1e-6,
+# remains), which "the nearest counterfactual" needs.
+MIP_REL_GAP = 0.0
+
+# HiGHS settings for the small MILPs of this package (tens of variables, ≤ ~100 binaries). Measured
+# on the Table 1 models (benchmarks/cfx.py): HiGHS's primal heuristics (RINS, RENS, feasibility jump,
+# root reduced-cost fixing, each a sub-MIP) took most of every solve's time while branch and bound
+# alone closes these problems in a few dozen nodes; one thread, since callers batch over inputs.
+# None of these settings changes what is proven: optimality and infeasibility are the solver's.
+HIGHS_OPTIONS = {
+    "threads": 1,
+    "mip_heuristic_effort": 0.0,
+    "mip_heuristic_run_rins": False,
+    "mip_heuristic_run_rens": False,
+    "mip_heuristic_run_root_reduced_cost": False,
+    "mip_heuristic_run_feasibility_jump": False,
+}
+
+
 class MilpBuilder:
     """Variables and sparse linear rows of a minimisation MILP, solved by HiGHS."""
 
@@ -143,47 +163,102 @@ class MilpBuilder:
                     terms[int(var)] = terms.get(int(var), 0.0) + float(coefs[r])
             self.row(terms, lower[r], upper[r])
 
-    def solve(self, cost=None, time_limit: float | None = None, gap: float = 1e-6) -> MilpSolution:
-        from scipy.optimize import Bounds, LinearConstraint, milp
-        from scipy.sparse import csr_array
-
-        n = len(self.lower)
+    def solve(self, cost=None, time_limit: float | None = None, gap: float = MIP_REL_GAP) -> MilpSolution:
+        """Solve with HiGHS (:data:`HIGHS_OPTIONS`); ``gap`` is the relative optimality gap (0: exact optimum,
+        up to HiGHS's absolute gap of 1e-6)."""
         c = np.asarray(self.cost if cost is None else cost, dtype=float)
-        data, indices, indptr, lo, hi = [], [], [0], [], []
-        for terms, l, u in self.rows:
-            indices.extend(terms.keys())
-            data.extend(terms.values())
-            indptr.append(len(indices))
-            lo.append(l)
-            hi.append(u)
-        constraints = []
-        if self.rows:
-            matrix = csr_array((np.array(data, float), np.array(indices, int), np.array(indptr, int)), shape=(len(self.rows), n))
-            constraints = [LinearConstraint(matrix, np.array(lo), np.array(hi))]
-        options = {"mip_rel_gap": gap, "disp": False}
+        starts = np.zeros(len(self.rows) + 1, dtype=np.int32)
+        starts[1:] = np.cumsum([len(terms) for terms, _, _ in self.rows])
+        index = np.fromiter((k for terms, _, _ in self.rows for k in terms), dtype=np.int32, count=int(starts[-1]))
+        value = np.fromiter((v for terms, _, _ in self.rows for v in terms.values()), dtype=float, count=int(starts[-1]))
+        problem = _Problem(c, np.array(self.lower, float), np.array(self.upper, float), np.array(self.integer, bool),
+                           starts, index, value, np.array([r[1] for r in self.rows], float),
+                           np.array([r[2] for r in self.rows], float))
+        options = {**HIGHS_OPTIONS, "mip_rel_gap": float(gap)}
         if time_limit is not None:
             options["time_limit"] = max(float(time_limit), 1e-3)
         with _solver_output_muted():
-            result = milp(c, integrality=np.array(self.integer), bounds=Bounds(np.array(self.lower), np.array(self.upper)),
-                          constraints=constraints, options=options)
-            if result.status not in (0, 1, 2):  # a HiGHS "solve error" (seen after its presolve): once more without it
-                result = milp(c, integrality=np.array(self.integer),
-                              bounds=Bounds(np.array(self.lower), np.array(self.upper)), constraints=constraints,
-                              options={**options, "presolve": False})
-        bound = getattr(result, "mip_dual_bound", None)
-        if result.status == 0:
-            status = "optimal"
-        elif result.status == 1:
-            status = "feasible" if result.x is not None else "timeout"
-        elif result.status == 2:
-            status = "infeasible"
-        else:
+            outcome = run_highs(problem, options)
+            if outcome.status in ("error", "unbounded_or_infeasible"):
+                # A HiGHS "solve error" after its presolve (seen on sba), or presolve's "infeasible or
+                # unbounded" (our problems are bounded): once more without presolve.
+                outcome = run_highs(problem, {**options, "presolve": "off"})
+        status = outcome.status
+        if status == "time_limit":
+            status = "feasible" if outcome.x is not None else "timeout"
+        elif status not in ("optimal", "infeasible"):
             status = "error"
-        objective = float(result.fun) if result.x is not None else np.inf
+        x = outcome.x if status in ("optimal", "feasible") else None
+        objective = float(c @ x) if x is not None else np.inf
+        bound = outcome.bound
         if bound is None or not np.isfinite(bound):
             bound = objective if status == "optimal" else -np.inf
-        return MilpSolution(status, None if result.x is None else np.asarray(result.x), objective, float(bound),
-                            str(result.message))
+        return MilpSolution(status, x, objective, float(bound), outcome.message)
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """A MILP in the arrays HiGHS reads: minimise cost·x, lower ≤ x ≤ upper, row_lower ≤ A x ≤ row_upper
+    (A row-wise: starts, index, value), integer where ``integer``."""
+
+    cost: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    integer: np.ndarray
+    starts: np.ndarray
+    index: np.ndarray
+    value: np.ndarray
+    row_lower: np.ndarray
+    row_upper: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """HiGHS's answer: status "optimal", "infeasible", "time_limit", "unbounded_or_infeasible" or "error"."""
+
+    status: str
+    x: np.ndarray | None
+    bound: float | None
+    message: str
+
+
+def run_highs(problem: _Problem, options: dict) -> _Outcome:
+    """One HiGHS run through highspy (the one place the solver is called: tests replace it)."""
+    import highspy
+
+    highs = highspy.Highs()
+    highs.setOptionValue("output_flag", False)
+    for name, value in options.items():
+        highs.setOptionValue(name, value)
+    inf = highspy.kHighsInf
+    lp = highspy.HighsLp()
+    lp.num_col_ = len(problem.cost)
+    lp.num_row_ = len(problem.row_lower)
+    lp.col_cost_ = problem.cost
+    lp.col_lower_ = np.where(np.isneginf(problem.lower), -inf, problem.lower)
+    lp.col_upper_ = np.where(np.isposinf(problem.upper), inf, problem.upper)
+    lp.row_lower_ = np.where(np.isneginf(problem.row_lower), -inf, problem.row_lower)
+    lp.row_upper_ = np.where(np.isposinf(problem.row_upper), inf, problem.row_upper)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = problem.starts
+    lp.a_matrix_.index_ = problem.index
+    lp.a_matrix_.value_ = problem.value
+    if problem.integer.any():
+        kinds = highspy.HighsVarType
+        lp.integrality_ = [kinds.kInteger if flag else kinds.kContinuous for flag in problem.integer]
+    highs.passModel(lp)
+    highs.run()
+    model_status = highs.getModelStatus()
+    kinds = highspy.HighsModelStatus
+    status = {kinds.kOptimal: "optimal", kinds.kInfeasible: "infeasible", kinds.kTimeLimit: "time_limit",
+              kinds.kUnboundedOrInfeasible: "unbounded_or_infeasible"}.get(model_status, "error")
+    info = highs.getInfo()
+    x = None
+    if status in ("optimal", "time_limit") and info.primal_solution_status == 2:  # 2: a feasible point
+        x = np.array(highs.getSolution().col_value, dtype=float)
+    bound = float(info.mip_dual_bound) if problem.integer.any() else (
+        float(info.objective_function_value) if status == "optimal" else None)
+    return _Outcome(status, x, bound, highs.modelStatusToString(model_status))
 
 
 def relu_rows(builder: MilpBuilder, pre_terms, pre_const: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
