@@ -97,16 +97,18 @@ def sampled_relu_inputs(network, x):
     return [z.reshape(n, batch, -1) for z in network.pre_activations(x.reshape(n * batch, *network.input_shape))]
 
 
+@pytest.mark.parametrize("intermediate_method", ["forward", "alpha"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("with_splits", [False, True])
 @FAST
 @given(network=networks, seed=st.integers(0, 2**32 - 1))
-def test_forward_intermediate_bounds_contain_sampled_activations(dtype, with_splits, network, seed):
+def test_intermediate_bounds_contain_sampled_activations(intermediate_method, dtype, with_splits, network, seed):
     rng = np.random.default_rng(seed)
     lower, upper = random_boxes(network, rng, batch=3, max_width=2.0)
     splits = random_splits(network, compute_bounds(network, (lower, upper)).intermediate, rng) if with_splits else None
-    result = compute_bounds(network, (lower, upper), method="crown", dtype=dtype, intermediate_method="forward",
-                            splits=splits)
+    method = "crown" if intermediate_method == "forward" else "alpha"
+    result = compute_bounds(network, (lower, upper), method=method, dtype=dtype, intermediate_method=intermediate_method,
+                            splits=splits, options=None if method == "crown" else AlphaCrownOptions(iterations=5))
     x = sample_box(lower, upper, rng, SAMPLES)
     mask = satisfies_splits(network, x, splits) if with_splits else torch.ones(x.shape[:2], dtype=torch.bool)
     assert_contains(result, forward_batched(network, x), mask)
@@ -114,7 +116,26 @@ def test_forward_intermediate_bounds_contain_sampled_activations(dtype, with_spl
         low = result.intermediate.lower[k].reshape(1, z.shape[1], -1)
         high = result.intermediate.upper[k].reshape(1, z.shape[1], -1)
         outside = ((z < low) | (z > high)) & mask.unsqueeze(-1)
-        assert not outside.any(), f"ReLU layer {k}: a sampled pre-activation lies outside its forward bounds"
+        assert not outside.any(), f"ReLU layer {k}: a sampled pre-activation lies outside its {intermediate_method} bounds"
+
+
+@FAST
+@given(network=networks, seed=st.integers(0, 2**32 - 1), delta=st.sampled_from([0.0, 0.01]))
+def test_alpha_intermediate_bounds_are_inside_crowns_and_stay_sound(network, seed, delta):
+    """Intermediate α-CROWN starts from CROWN's bounds and keeps the best iterate: every
+    pre-activation interval is inside CROWN's, and every sampled output stays inside (with and
+    without perturbed weights, which take the tracked-magnitude path)."""
+    rng = np.random.default_rng(seed)
+    lower, upper = random_boxes(network, rng, batch=2, max_width=2.0)
+    crown = compute_bounds(network, (lower, upper), method="alpha", options=AlphaCrownOptions(iterations=0),
+                           weight_perturbation=delta or None)
+    tight = compute_bounds(network, (lower, upper), method="alpha", options=AlphaCrownOptions(iterations=8),
+                           weight_perturbation=delta or None, intermediate_method="alpha")
+    for k in range(len(crown.intermediate.lower)):
+        assert (tight.intermediate.lower[k] >= crown.intermediate.lower[k]).all()
+        assert (tight.intermediate.upper[k] <= crown.intermediate.upper[k]).all()
+    moved = perturbed_network(network, rng, delta) if delta else network
+    assert_contains(tight, forward_batched(moved, sample_box(lower, upper, rng, SAMPLES)))
 
 
 @FAST

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 
@@ -21,6 +22,8 @@ from assay.nn.network import Network, resolve_dtype
 
 # Rows × input elements bounded in one backward pass for intermediate layers (memory cap).
 _ROW_CHUNK_ELEMENTS = 1 << 24
+# Slope elements (rows × earlier ReLU neurons) optimised in one intermediate α-CROWN call.
+_ALPHA_CHUNK_ELEMENTS = 1 << 23
 # Intermediate CROWN groups domains by their number of unstable neurons: about this many groups,
 # each of at least _MIN_GROUP domains.
 _GROUPS = 16
@@ -84,7 +87,12 @@ def compute_bounds(
             (default; backward substitution per unstable neuron, tightest) or ``"forward"``
             (forward linear bounds, see :mod:`assay.bounds.forward`: far cheaper for
             networks with few inputs, looser; meant for input-splitting branch and bound,
-            where parents' bounds are reused). The output rows always use backward CROWN.
+            where parents' bounds are reused) or ``"alpha"`` (with ``method`` "alpha"/"beta":
+            CROWN, then each later ReLU layer's unstable neurons get α-CROWN bounds of their
+            own, slopes optimised per neuron and side for ``options.iterations`` steps before
+            the next layer is bounded; the tightest and by far the costliest, meant for the
+            root of a branch-and-bound search; with ``intermediate`` given, the CROWN pass is
+            skipped, as α starts from it). The output rows always use backward CROWN.
         weight_perturbation: δ ≥ 0: every weight and bias of every Linear/Conv2d layer may
             move by up to δ (ℓ∞); or a sequence with one δ per Linear/Conv2d layer, in order;
             or a dict ``{layer index: δ}``. Bounds then hold for every such network.
@@ -109,7 +117,7 @@ def compute_bounds(
     started = time.perf_counter()
     spec_of_method = bound_method(method)
     check_choice(sides, "sides", "compute_bounds", ("both", "lower", "upper"))
-    check_choice(intermediate_method, "intermediate_method", "compute_bounds", ("crown", "forward"))
+    check_choice(intermediate_method, "intermediate_method", "compute_bounds", ("crown", "forward", "alpha"))
     if return_linear and not spec_of_method.linear:
         linear = ", ".join(repr(m.name) for m in METHODS.values() if m.linear)
         raise OptionError(f"return_linear needs a method with linear bounds ({linear}); {method!r} has none")
@@ -127,6 +135,8 @@ def compute_bounds(
             f"fixed_layers={fixed_layers} needs `intermediate` bounds and at most {len(plan.relu_positions)} "
             f"(the network's ReLU layers)"
         )
+    if intermediate_method == "alpha" and not spec_of_method.optimised:
+        raise OptionError(f"intermediate_method='alpha' optimises slopes: it needs method 'alpha' or 'beta', not {method!r}")
     if objective is not None and not spec_of_method.optimised:
         raise OptionError("an `objective` is only used by the optimised methods 'alpha' and 'beta'")
 
@@ -170,9 +180,15 @@ def compute_bounds(
             bounds = interval_pass(plan, lower, upper, deltas, clamp)
         elif spec_of_method.linear and (intermediate is None or refine_intermediate):
             for position in plan.relu_positions[fixed_layers:]:
-                tightened = _crown_layer_bounds(plan, position, bounds, deltas, center, radius, relax)
-                known[position] = tightened
-                bounds = interval_pass(plan, lower, upper, deltas, clamp)
+                # With `intermediate` given, α's first iterate is CROWN on the given bounds:
+                # a separate CROWN pass first would only repeat it.
+                if intermediate_method == "crown" or intermediate is None:
+                    known[position] = _crown_layer_bounds(plan, position, bounds, deltas, center, radius, relax)
+                    bounds = interval_pass(plan, lower, upper, deltas, clamp)
+                if intermediate_method == "alpha" and position != plan.relu_positions[0]:
+                    known[position] = _alpha_layer_bounds(plan, position, bounds, deltas, center, radius, relax,
+                                                          options, deadline)
+                    bounds = interval_pass(plan, lower, upper, deltas, clamp)
 
     rows_lower, rows_upper = _sided_rows(C, d, sides)
     linear, optimised_alphas = None, None
@@ -307,7 +323,71 @@ def _crown_tightens(plan: Plan, position: int, bounds, deltas, center, radius, r
 def _crown_layer_bounds_padded(plan: Plan, position: int, bounds, deltas, center, radius, relax, only=None):
     """:func:`_crown_layer_bounds` for one group of domains (every row padded to the group's max);
     ``only`` (a bool mask of the layer's shape per domain) restricts which unstable neurons are bounded."""
-    lower, upper = bounds[position]
+    lower = bounds[position][0]
+    input_elements = max(1, center[0].numel())
+    chunk = max(1, _ROW_CHUNK_ELEMENTS // (2 * lower.shape[0] * input_elements))
+    # The rows are ±unit vectors: rounding magnitudes come from one forward pass instead of a
+    # second backward walk per row (see forward_magnitudes), unless weights are perturbed.
+    magnitude = None
+    if not deltas:
+        magnitude = forward_magnitudes(plan, position, bounds, center, radius, relax).reshape(lower.shape[0], -1)
+
+    def bound_rows(neurons, C, d):
+        if magnitude is None:
+            back = backsubstitute(plan, position, C, d, bounds, deltas, relax=relax)
+            return concretize(plan, back, center, radius)[0]
+        back = backsubstitute(plan, position, C, d, bounds, relax=relax, track_abs=False)
+        row_magnitude = torch.gather(magnitude, 1, neurons).repeat(1, 2)
+        return concretize(plan, back, center, radius, row_magnitude)[0]
+
+    return _bound_unstable_neurons(bounds[position], chunk, bound_rows, only)
+
+
+def _alpha_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radius, relax, options, deadline):
+    """α-CROWN bounds of the input of ReLU stage ``position``, only for neurons not yet stable.
+
+    Every unstable neuron's lower and upper bound is a row of its own, with its own slopes at
+    every earlier ReLU layer, optimised by :func:`optimize_bounds` (any slopes are sound, so a
+    deadline only stops the tightening). Rows are bounded in chunks so that the slopes of one
+    chunk stay within :data:`_ALPHA_CHUNK_ELEMENTS`.
+    """
+    lower = bounds[position][0]
+    slope_elements = sum(math.prod(plan.stages[p].shape) for p in plan.relu_positions if p < position)
+    chunk = max(1, _ALPHA_CHUNK_ELEMENTS // (2 * lower.shape[0] * max(1, slope_elements)))
+    lr = options.lr if isinstance(options, AlphaCrownOptions) else options.lr_alpha
+    # As for CROWN rows: the rounding magnitudes come from one forward pass (they hold for any
+    # slopes in [0, 1]), unless weights are perturbed.
+    magnitude = None
+    if not deltas:
+        magnitude = forward_magnitudes(plan, position, bounds, center, radius, relax).reshape(lower.shape[0], -1)
+
+    def bound_rows(neurons, C, d):
+        row_magnitude = None if magnitude is None else torch.gather(magnitude, 1, neurons).repeat(1, 2)
+        with torch.enable_grad():  # compute_bounds walks the layers under no_grad
+            best, *_ = optimize_bounds(
+                plan, C, d, bounds, center, radius, deltas=deltas, split_signs=None, iterations=options.iterations,
+                lr_alpha=lr, lr_beta=0.0, lr_decay=options.lr_decay, objective=None, to_linear=_no_linear,
+                deadline=deadline, relax=relax, target=position, row_magnitude=row_magnitude,
+            )
+        return best.detach()
+
+    return _bound_unstable_neurons(bounds[position], chunk, bound_rows)
+
+
+def _no_linear(back: Backward, margin: torch.Tensor) -> None:
+    """The default objective (the sum of the lower bounds) reads no linear bounds."""
+    return None
+
+
+def _bound_unstable_neurons(layer_bounds, chunk: int, bound_rows, only=None):
+    """Tighten one layer's unstable neurons: ``bound_rows(neurons, C, d)`` returns sound lower
+    bounds (B, 2m) of the rows ``C`` = (+unit on each neuron, then −unit), (B, 2m, *shape).
+
+    Each domain bounds its own unstable neurons (restricted to ``only``, a bool mask of the
+    layer's shape per domain, if given), padded to the largest count among the domains; at most
+    ``chunk`` neurons per call. Returns the new (lower, upper), never looser than the old.
+    """
+    lower, upper = layer_bounds
     batch = lower.shape[0]
     flat_lower, flat_upper = lower.reshape(batch, -1).clone(), upper.reshape(batch, -1).clone()
     unstable = (flat_lower < 0) & (flat_upper > 0)
@@ -318,12 +398,7 @@ def _crown_layer_bounds_padded(plan: Plan, position: int, bounds, deltas, center
         return lower, upper
     # The unstable neurons of each domain first (stable sort keeps index order), then padding.
     order = torch.sort(unstable.to(torch.int8), dim=1, descending=True, stable=True).indices
-    input_elements = max(1, center[0].numel())
-    chunk = max(1, _ROW_CHUNK_ELEMENTS // (2 * batch * input_elements))
     size = flat_lower.shape[1]
-    # The rows are ±unit vectors: rounding magnitudes come from one forward pass instead of a
-    # second backward walk per row (see forward_magnitudes), unless weights are perturbed.
-    magnitude = None if deltas else forward_magnitudes(plan, position, bounds, center, radius, relax).reshape(batch, -1)
     for start in range(0, width, chunk):
         neurons = order[:, start:min(start + chunk, width)]  # (B, m): only as many as the most unstable domain has
         valid = torch.gather(unstable, 1, neurons)
@@ -333,13 +408,7 @@ def _crown_layer_bounds_padded(plan: Plan, position: int, bounds, deltas, center
         rows[:, m:].scatter_(2, neurons.unsqueeze(-1), -1.0)
         C = rows.reshape(batch, 2 * m, *lower.shape[1:])
         d = torch.zeros(batch, 2 * m, dtype=lower.dtype)
-        if magnitude is None:
-            back = backsubstitute(plan, position, C, d, bounds, deltas, relax=relax)
-            value, _ = concretize(plan, back, center, radius)
-        else:
-            back = backsubstitute(plan, position, C, d, bounds, relax=relax, track_abs=False)
-            row_magnitude = torch.gather(magnitude, 1, neurons).repeat(1, 2)
-            value, _ = concretize(plan, back, center, radius, row_magnitude)
+        value = bound_rows(neurons, C, d)
         new_lower = torch.maximum(torch.gather(flat_lower, 1, neurons), value[:, :m])
         new_upper = torch.minimum(torch.gather(flat_upper, 1, neurons), -value[:, m:])
         flat_lower.scatter_(1, neurons, torch.where(valid, new_lower, torch.gather(flat_lower, 1, neurons)))

@@ -44,6 +44,8 @@ def optimize_bounds(
     deadline: float | None = None,
     relax=relax_relu,
     initial_alphas: dict[int, torch.Tensor] | None = None,
+    target: int | None = None,
+    row_magnitude: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Backward, torch.Tensor, int, dict[int, torch.Tensor]]:
     """Maximise the lower bound of each row of ``C · f(x) + d`` over α (and β where split).
 
@@ -58,14 +60,21 @@ def optimize_bounds(
         relax: the ReLU relaxation (default CROWN's); α replaces its lower slopes.
         initial_alphas: per ReLU position, slopes (B, S, *shape) to start from (e.g. a parent
             domain's optimised ones); values are clamped to [0, 1] (any is sound).
+        target: the tensor whose rows are bounded (see :func:`backsubstitute`): the input of
+            ReLU stage ``target``, or None for the network output. Only ReLU layers before it
+            get slopes.
+        row_magnitude: (B, S) rounding magnitudes of the rows from :func:`forward_magnitudes`
+            (valid for any slopes in [0, 1]); the walk then skips its own (half the work). Only
+            without ``deltas`` and split multipliers.
     Returns:
         (best lower (B, S) elementwise over iterations, Backward at the best objective per
         domain, its margin, iterations run, the α of that Backward per ReLU position).
     """
     objective = objective or default_objective
+    target = len(plan.stages) if target is None else target
     batch, rows = C.shape[:2]
     alphas: dict[int, torch.Tensor] = {}
-    relaxations = {p: relax(*bounds[p]) for p in plan.relu_positions}
+    relaxations = {p: relax(*bounds[p]) for p in plan.relu_positions if p < target}
     initial_alphas = initial_alphas or {}
     for position, relax in relaxations.items():
         if relax.unstable.any():
@@ -77,7 +86,7 @@ def optimize_bounds(
     betas: dict[int, torch.Tensor] = {}
     split_signs = split_signs or {}
     for position, signs in split_signs.items():
-        if (signs != 0).any():
+        if position < target and (signs != 0).any():
             betas[position] = torch.zeros(batch, rows, *signs.shape[1:], dtype=C.dtype, requires_grad=True)
 
     groups = []
@@ -89,8 +98,9 @@ def optimize_bounds(
     def evaluate():
         signed = {p: betas[p].clamp(min=0) * split_signs[p].unsqueeze(1) for p in betas}
         slopes = {p: a.clamp(0.0, 1.0) for p, a in alphas.items()}
-        back = backsubstitute(plan, len(plan.stages), C, d, bounds, deltas, slopes, signed, relaxations)
-        lower, margin = concretize(plan, back, center, radius)
+        back = backsubstitute(plan, target, C, d, bounds, deltas, slopes, signed, relaxations,
+                              track_abs=row_magnitude is None)
+        lower, margin = concretize(plan, back, center, radius, row_magnitude)
         return back, lower, margin
 
     with torch.no_grad():
@@ -183,4 +193,6 @@ def _select(mask: torch.Tensor, new: Backward, old: Backward) -> Backward:
         m = mask.view(-1, *([1] * (a.dim() - 1)))
         return torch.where(m, a.detach(), b)
 
+    if new.A_abs is None:
+        return Backward(pick(new.A, old.A), pick(new.b, old.b), None, None)
     return Backward(pick(new.A, old.A), pick(new.b, old.b), pick(new.A_abs, old.A_abs), pick(new.b_abs, old.b_abs))

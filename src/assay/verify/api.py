@@ -116,6 +116,19 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
             found = search(network, query, rng, restarts=options.attack_restarts, deadline=deadline)
             if found is not None:
                 return finish(VerificationStatus.VIOLATED, found, query.index)
+    if strategy == "relu":
+        # A query that neither the root's bounds nor the attack settled gets a search; first its
+        # root's pre-activation bounds are tightened once (intermediate α-CROWN, costly but
+        # inherited by every domain of the search), which often refutes it outright.
+        tightened = []
+        for query, plans in open_queries:
+            if deadline.passed():
+                return finish(VerificationStatus.TIMEOUT)
+            plans = conjunction_searches(network, query, dtype=dtype, deadline=deadline, tighten=plans)
+            stats.bound_calls += 1
+            if not all(plan.refuted_at_root for plan, _ in plans):
+                tightened.append((query, plans))
+        open_queries = tightened
     memory_limit = options.memory_limit_bytes
 
     def memory_guard(state: SearchState) -> bool:

@@ -38,7 +38,9 @@ from assay.verify.search import BoundedBranches, Branches, LeafDecision, SearchS
 
 
 def conjunction_searches(network: Network, query: UnsafeQuery, *, dtype: str = "float64",
-                         deadline: Deadline | None = None) -> list[tuple[ReluSplitting, SearchState]]:
+                         deadline: Deadline | None = None,
+                         tighten: list[tuple[ReluSplitting, SearchState]] | None = None,
+                         ) -> list[tuple[ReluSplitting, SearchState]]:
     """One ReLU-splitting search per conjunction of the query: (strategy, root state) pairs.
 
     The query holds when every conjunction is refuted. The root — the whole box with no split —
@@ -47,8 +49,15 @@ def conjunction_searches(network: Network, query: UnsafeQuery, *, dtype: str = "
     which need no search): the intermediate bounds, the costly part on wide networks, are
     computed once instead of once per conjunction. (α is optimised per row, so the rows' bounds
     are those of separate calls.)
+
+    ``tighten``: the searches of an earlier call for the same query. Their root's pre-activation
+    bounds are tightened by intermediate α-CROWN (each unstable neuron's bounds optimised on
+    their own, see ``intermediate_method="alpha"`` of :func:`compute_bounds`) before the rows
+    are bounded again: many times the cost of the first call, worth it only for a query that
+    call left open, whose whole search then starts from (and inherits) the tighter bounds.
     """
-    shared = _root_bounds(network, query, query.C, query.d, dtype, deadline)
+    start = None if not tighten else tighten[0][0].root_bounds.intermediate
+    shared = _root_bounds(network, query, query.C, query.d, dtype, deadline, start)
     searches = []
     for g in range(query.num_groups):
         rows = query.groups == g
@@ -58,11 +67,12 @@ def conjunction_searches(network: Network, query: UnsafeQuery, *, dtype: str = "
     return searches
 
 
-def _root_bounds(network, query, C, d, dtype, deadline: Deadline | None):
+def _root_bounds(network, query, C, d, dtype, deadline: Deadline | None, tighten: IntermediateBounds | None = None):
     box = query.lower.reshape(1, *network.input_shape), query.upper.reshape(1, *network.input_shape)
+    refine = {} if tighten is None else {"intermediate": tighten, "intermediate_method": "alpha"}
     return compute_bounds(network, box, spec=(C, d), method="alpha", dtype=dtype, sides="upper",
                           options=AlphaCrownOptions(iterations=20), return_linear=True,
-                          deadline=None if deadline is None else deadline.at)
+                          deadline=None if deadline is None else deadline.at, **refine)
 
 
 def _rows_of(result, rows: torch.Tensor):
@@ -102,6 +112,11 @@ class ReluSplitting:
         self.network, self.query, self.C, self.d, self.dtype = network, query, C, d, dtype
         self._options = BetaCrownOptions(iterations=beta_iterations)
         self._root_bounds = root_bounds  # the root's bounds when already computed (shared by conjunctions)
+
+    @property
+    def root_bounds(self):
+        """The root's :class:`~assay.bounds.BoundsResult` when given at construction, else None."""
+        return self._root_bounds
 
     @property
     def refuted_at_root(self) -> bool:
