@@ -211,7 +211,7 @@ def report(benchmark: str, args, records: list[dict], published: list[dict], too
 
     consensus = {verdict: sum(r["consensus"] == verdict for r in records) for verdict in (*DECIDED, "unknown")}
     title = (f"# VNN-COMP {benchmark}: assay beside the published tools ({len(records)} of {args.total} instances"
-             f"{', --limit ' + str(args.limit) if args.limit else ''}, timeout scale {args.timeout_scale:g}"
+             f"{', --limit ' + str(args.limit) if args.limit else ''}{', --rows ' + args.rows if args.rows else ''}, timeout scale {args.timeout_scale:g}"
              f"{'' if final else ' — run in progress'})\n\n")
     table = (title
              + f"Consensus on these instances: {consensus['holds']} holds, {consensus['violated']} violated, "
@@ -256,6 +256,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("benchmark", help="a folder of vnncomp/ in the data folder, e.g. rl_benchmarks")
     parser.add_argument("--limit", type=int, default=None, help="run N instances spread evenly over instances.csv")
+    parser.add_argument("--rows", default=None, help="run only these rows of instances.csv (0-based, comma-separated, "
+                        "e.g. the ones an earlier run left open); with --limit, the limit applies to them")
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every instance's timeout")
     parser.add_argument("--workers", type=int, default=1, help="worker processes of assay verify --instances")
     parser.add_argument("--chunk", type=int, default=8, help="instances per assay verify process (results are "
@@ -276,7 +278,18 @@ def main(argv=None) -> int:
     published_rows, tools = read_published(folder)
     if len(published_rows) != len(instances):
         raise SystemExit(f"{folder}: instances.csv has {len(instances)} rows, per_instance_wide.csv {len(published_rows)}")
-    chosen = pick(instances, args.limit)
+    if args.rows:
+        try:
+            wanted = sorted({int(part) for part in args.rows.split(",") if part.strip()})
+        except ValueError:
+            parser.error(f"--rows takes comma-separated row numbers, e.g. 3,17,40; got {args.rows!r}")
+        outside = [r for r in wanted if not 0 <= r < len(instances)]
+        if outside:
+            parser.error(f"--rows {outside} outside instances.csv's rows 0..{len(instances) - 1}")
+        instances_to_pick = [instances[r] for r in wanted]
+    else:
+        instances_to_pick = instances
+    chosen = pick(instances_to_pick, args.limit)
     args.total = len(instances)
     name = args.name or f"vnncomp_{args.benchmark}"
 
