@@ -15,11 +15,16 @@ that keep the class (the preimage's share of the patch region). Soundness check:
 random colourings per instance; a contained colouring that changes the class is a violation.
 
     python benchmarks/premap_patches.py --instances 5 --time-limit 60
+    python benchmarks/premap_patches.py --models fc --name part_fc &   # parts in parallel, then merged:
+    python benchmarks/premap_patches.py --models cnn --name part_cnn
+    python benchmarks/premap_patches.py --combine part_fc,part_cnn --name premap_patches
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import sys
 import time
@@ -29,7 +34,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import add_run_options, machine, markdown_table, write_results  # noqa: E402
+from _common import RESULTS, add_run_options, machine, markdown_table, write_results  # noqa: E402
 
 from assay.preimage import approximate_preimage  # noqa: E402
 from assay.sets import argmax_is, patch_region  # noqa: E402
@@ -56,9 +61,24 @@ def main() -> int:
     parser.add_argument("--sizes", default="2,3,4")
     parser.add_argument("--models", default="fc,cnn")
     parser.add_argument("--method", default="alpha")
+    parser.add_argument("--heuristic", default="premap2",
+                        help="ReLU splitting's scores: a preset of assay.preimage.relu_refinement.HEURISTIC_PRESETS")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--combine", default="",
+                        help="comma-separated result names (parts run in parallel, e.g. one per model) to merge "
+                             "into --name instead of running")
     add_run_options(parser, "premap_patches", 600.0)
     args = parser.parse_args()
+    if args.combine:
+        parts = [json.loads((RESULTS / f"{name}.json").read_text()) for name in args.combine.split(",")]
+        runs = [run for part in parts for run in part["runs"]]
+        settings = {key: parts[0]["args"][key] for key in ("time_limit", "method", "seed", "instances")}
+        settings["heuristic"] = parts[0]["args"].get("heuristic", "sensitivity")
+        table = _table(runs, settings, f"merged from {args.combine}")
+        write_results(args.name, {"machine": machine(), "args": vars(args), "parts": args.combine.split(","),
+                                  "runs": runs}, table)
+        print(table)
+        return 1 if any(r["violations"] for r in runs) else 0
     torch.set_num_threads(args.threads)
     runs, failures = [], 0
     trained = models()
@@ -78,7 +98,8 @@ def main() -> int:
                 started = time.perf_counter()
                 result = approximate_preimage(network, (region.lower.reshape(shape), region.upper.reshape(shape)),
                                               argmax_is(label, network.output_size), kind="under", threshold=0.9,
-                                              time_limit=args.time_limit, method=args.method, rng=rng)
+                                              time_limit=args.time_limit, method=args.method,
+                                              heuristic_weights=args.heuristic, rng=rng)
                 seconds = time.perf_counter() - started
                 points = np.repeat(image.reshape(1, -1).numpy(), CHECK, 0)
                 free = result.region.free.numpy()
@@ -89,31 +110,46 @@ def main() -> int:
                 wrong = int((contained & ~kept).sum())
                 failures += wrong > 0
                 runs.append({"model": model, "size": size, "image": index, "top": top, "left": left, "label": label,
-                             "status": result.status, "ratio": result.ratio, "seconds": seconds,
-                             "pieces": len(result.pieces), "preimage_share": result.preimage_volume.value / result.region_volume,
+                             "status": result.status, "ratio": result.ratio,
+                             "ratio_interval": list(result.ratio_interval), "seconds": seconds,
+                             "pieces": len(result.pieces), "branching": result.stats["branching"],
+                             "preimage_share": result.preimage_volume.value / result.region_volume,
                              "violations": wrong})
                 print(f"{model} {size}×{size} image {index:3d} at ({top},{left}): {result.status:10s} ratio {result.ratio:.3f} "
                       f"preimage {runs[-1]['preimage_share']:.3f} {len(result.pieces):5d} pieces {seconds:7.2f} s "
                       f"violations {wrong}", flush=True)
+    settings = {"time_limit": args.time_limit, "method": args.method, "seed": args.seed, "instances": args.instances,
+                "heuristic": args.heuristic}
+    table = _table(runs, settings, f"load average at the end {os.getloadavg()[0]:.1f}")
+    write_results(args.name, {"machine": machine(), "args": vars(args), "runs": runs}, table)
+    print(table)
+    return 1 if failures else 0
+
+
+def _table(runs: list[dict], settings: dict, note: str) -> str:
+    """The summary per model and patch size, then every instance."""
     rows = []
-    for model in args.models.split(","):
-        for size in (int(s) for s in args.sizes.split(",")):
+    for model in dict.fromkeys(r["model"] for r in runs):
+        for size in sorted({r["size"] for r in runs if r["model"] == model}):
             mine = [r for r in runs if r["model"] == model and r["size"] == size]
             done = sum(r["status"] == "reached" for r in mine)
             times = [r["seconds"] for r in mine]
             ratios = [r["ratio"] for r in mine]
             rows.append([model, f"{size}×{size}", f"{done}/{len(mine)}", f"{statistics.median(times):.2f}",
                          f"{percentile(times, 90):.2f}", f"{statistics.median(ratios):.3f}", f"{percentile(ratios, 10):.3f}",
-                         f"{statistics.median(r['preimage_share'] for r in mine):.3f}", sum(r["violations"] for r in mine)])
-    header = ["model", "patch", "reached 0.9", "median s", "p90 s", "median ratio", "p10 ratio", "median preimage share",
-              "sample violations"]
-    table = (f"# Patch certification on 8×8 digits (under-approximation, target ratio 0.9, {args.time_limit:g} s limit)\n\n"
-             + markdown_table(header, rows)
-             + f"\n{args.instances} random (image, patch position) pairs per row, seed {args.seed}, method {args.method}; "
-             f"2 cores, load average at the end {__import__('os').getloadavg()[0]:.1f}.\n")
-    write_results(args.name, {"machine": machine(), "args": vars(args), "runs": runs}, table)
-    print(table)
-    return 1 if failures else 0
+                         f"{percentile(ratios, 90):.3f}", f"{statistics.median(r['preimage_share'] for r in mine):.3f}",
+                         sum(r["violations"] for r in mine)])
+    header = ["model", "patch", "reached 0.9", "median s", "p90 s", "median ratio", "p10 ratio", "p90 ratio",
+              "median preimage share", "sample violations"]
+    each = [[r["model"], f"{r['size']}×{r['size']}", r["image"], f"({r['top']},{r['left']})", r["status"],
+             f"{r['ratio']:.3f}", f"{r['seconds']:.1f}", r["pieces"], f"{r['preimage_share']:.4f}"] for r in runs]
+    return (f"# Patch certification on 8×8 digits (under-approximation, target ratio 0.9, {settings['time_limit']:g} s "
+            f"limit)\n\n" + markdown_table(header, rows)
+            + f"\nUp to {settings['instances']} random (image, patch position) pairs per row, seed {settings['seed']}, "
+            f"method {settings['method']}, ReLU-split heuristic {settings['heuristic']}; 2 shared cores, one thread "
+            f"per run; {note}.\n\n## Every instance\n\n"
+            + markdown_table(["model", "patch", "image", "(top,left)", "status", "ratio", "seconds", "pieces",
+                              "preimage share"], each))
 
 
 if __name__ == "__main__":

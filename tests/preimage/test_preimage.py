@@ -330,6 +330,6 @@ def test_branching_choice_and_heuristic_weights():
     network, image, label, region = _digits_patch(2)
     assert approximate_preimage(network, region, argmax_is(label, 10), time_limit=2, rng=0).stats["branching"] == "input"
     with pytest.raises(OptionError, match="heuristic_weights"):
-        approximate_preimage(network, region, argmax_is(label, 10), branching="relu", heuristic_weights={"extra": 1.0})
+        approximate_preimage(network, region, argmax_is(label, 10), branching="relu", heuristic_weights={"extras": 1.0})
     with pytest.raises(OptionError, match="branching"):
         approximate_preimage(network, region, argmax_is(label, 10), branching="neurons")

@@ -43,7 +43,7 @@ def approximate_preimage(
     stop_on: str = "bound",
     max_pieces: int | None = None,
     branching: str = "auto",
-    heuristic_weights: dict | None = None,
+    heuristic_weights: dict | str | None = None,
     pool: int | None = None,
     check_samples: int = 10_000,
     rng: np.random.Generator | int | None = None,
@@ -78,9 +78,11 @@ def approximate_preimage(
         branching: ``"input"`` (split the free input coordinates; pieces are boxes), ``"relu"``
             (split ReLUs' activation states; see :mod:`assay.preimage.relu_refinement`) or
             ``"auto"`` (default): input splitting for at most 8 free inputs, else ReLU splitting.
-        heuristic_weights: ReLU splitting's neuron scores by name (``stable``, ``sensitivity``,
-            ``gap``, ``balance``; defaults in
-            :data:`assay.preimage.relu_refinement.DEFAULT_HEURISTIC_WEIGHTS`).
+        heuristic_weights: ReLU splitting's neuron scores: a dict of weights by name (``extra``,
+            ``area``, ``under``, ``gap``, ``stable``, ``sensitivity``, ``balance``; names left out keep
+            PREMAP2's defaults, :data:`assay.preimage.relu_refinement.DEFAULT_HEURISTIC_WEIGHTS`:
+            extra 1.0, area 0.75, under 0.5, gap 0.25, stable 1.0) or a preset's name
+            (``"premap2"``, the default; ``"sensitivity"``, assay's earlier BaBSR-style scores).
         pool: ReLU splitting: uniform samples of the region shared by all pieces (default
             10 × ``samples``).
         check_samples: fresh uniform samples of the whole region that test the final result
@@ -119,11 +121,9 @@ def approximate_preimage(
     check_int(check_samples, "check_samples", "approximate_preimage", minimum=0)
     check_choice(branching, "branching", "approximate_preimage", ("auto", "input", "relu"))
     if heuristic_weights is not None:
-        from assay.preimage.relu_refinement import DEFAULT_HEURISTIC_WEIGHTS
+        from assay.preimage.relu_refinement import heuristic_weights_for
 
-        unknown = sorted(set(heuristic_weights) - set(DEFAULT_HEURISTIC_WEIGHTS))
-        if unknown:
-            raise OptionError(f"heuristic_weights has unknown names {unknown}; use {sorted(DEFAULT_HEURISTIC_WEIGHTS)}")
+        heuristic_weights_for(heuristic_weights)  # refuses unknown names before any work
     started = time.monotonic()
     deadline = Deadline(started + time_limit)
     lower, upper = (input_set.lower, input_set.upper) if hasattr(input_set, "lower") else input_set

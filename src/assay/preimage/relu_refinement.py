@@ -14,26 +14,74 @@ are the pool points whose activations satisfy its splits (children partition the
 so its volume is estimated as (its pool points / pool size) × region volume and every count is
 part of one multinomial sample.
 
-Which ReLU to split, per piece (weights by name, see ``heuristic_weights``): ``stable`` — every
-pool point of the piece lies on one side of it (pre-emptive stabilisation, as PREMAP2: one child
-holds no sample); ``sensitivity`` — BaBSR-style bound on the specification's sensitivity to it
-times the looseness of its relaxation ``u·(−l)/(u − l)``; ``gap`` — that looseness alone;
-``balance`` — how evenly the piece's pool points divide. PREMAP2's Table I heuristics ``extra``,
-``area`` and ``under`` need every neuron's linear bounds, which the bound engine does not return.
+Which ReLU to split, per piece: the unstable, unsplit neuron with the best weighted score
+(``heuristic_weights``; every score is divided by its largest value over the piece's candidates
+before weighting). PREMAP2's Table I scores, with Λ_j = Σ_rows |coefficient of neuron j's input in
+the piece's bound of the rows| (:func:`assay.bounds.relu_coefficients`, with the bound's α slopes)
+and [l_j, u_j] its pre-activation bounds on the piece:
+
+* ``extra`` (1.0) — Λ_j times the mean of −z_j over the piece's guide samples with z_j < 0: how
+  far below zero the relaxation reaches where the samples are;
+* ``area`` (0.75) — Λ_j · l_j²: the area the relaxation loses on the negative side;
+* ``under`` (0.5) — Λ_j · |l_j|: the most it loses there;
+* ``gap`` (0.25) — the chord's height over zero, u_j·(−l_j)/(u_j − l_j);
+* ``stable`` (1.0) — every guide sample of the piece lies on one side of it (pre-emptive
+  stabilisation, as PREMAP2: one child holds no sample).
+
+Beside them (weight 0 by default): ``sensitivity`` — BaBSR-style bound on the specification's
+sensitivity to the neuron times its ``gap``; ``balance`` — how evenly the piece's samples divide.
+``heuristic_weights="sensitivity"`` selects assay's earlier scores (stable 1, sensitivity 1,
+gap 0.25); see :data:`HEURISTIC_PRESETS`.
 """
 
 from __future__ import annotations
 
 import torch
 
-from assay.bounds import AlphaCrownOptions, BetaCrownOptions, compute_bounds, gradient_bounds
+from assay.bounds import AlphaCrownOptions, BetaCrownOptions, compute_bounds, gradient_bounds, relu_coefficients
+from assay.errors import OptionError
 from assay.nn import Network
 from assay.preimage.refinement import RefinementCounters, check_samples, satisfies, stack_samples, volume_objective
 from assay.verify.search import BoundedBranches, Branches, LeafDecision
 
-__all__ = ["ReluPreimageRefinement", "DEFAULT_HEURISTIC_WEIGHTS", "pre_activations"]
+__all__ = ["ReluPreimageRefinement", "DEFAULT_HEURISTIC_WEIGHTS", "HEURISTIC_PRESETS", "heuristic_weights_for",
+           "pre_activations"]
 
-DEFAULT_HEURISTIC_WEIGHTS = {"stable": 1.0, "sensitivity": 1.0, "gap": 0.25, "balance": 0.0}
+# PREMAP2's defaults (Table I) plus its pre-emptive stabilisation.
+DEFAULT_HEURISTIC_WEIGHTS = {"extra": 1.0, "area": 0.75, "under": 0.5, "gap": 0.25, "stable": 1.0,
+                             "sensitivity": 0.0, "balance": 0.0}
+HEURISTIC_PRESETS = {
+    "premap2": DEFAULT_HEURISTIC_WEIGHTS,
+    # assay's scores before PREMAP2's: BaBSR-style sensitivity, looseness and stabilisation.
+    "sensitivity": {"extra": 0.0, "area": 0.0, "under": 0.0, "gap": 0.25, "stable": 1.0, "sensitivity": 1.0,
+                    "balance": 0.0},
+}
+# The scores that weigh a neuron by its coefficient in the piece's bound.
+_COEFFICIENT_SCORES = ("extra", "area", "under")
+
+
+def heuristic_weights_for(weights: dict | str | None) -> dict:
+    """Every score's weight: a preset's name (:data:`HEURISTIC_PRESETS`), or a dict of weights by
+    name (names left out keep :data:`DEFAULT_HEURISTIC_WEIGHTS`), or None (the defaults).
+
+    Raises:
+        OptionError: an unknown preset or score name, or a negative weight.
+    """
+    if weights is None:
+        return dict(DEFAULT_HEURISTIC_WEIGHTS)
+    if isinstance(weights, str):
+        if weights not in HEURISTIC_PRESETS:
+            raise OptionError(f"heuristic_weights={weights!r} is not a preset; use one of {sorted(HEURISTIC_PRESETS)} "
+                              f"or a dict of weights by name ({sorted(DEFAULT_HEURISTIC_WEIGHTS)})")
+        return dict(HEURISTIC_PRESETS[weights])
+    unknown = sorted(set(weights) - set(DEFAULT_HEURISTIC_WEIGHTS))
+    if unknown:
+        raise OptionError(f"heuristic_weights has unknown names {unknown}; use {sorted(DEFAULT_HEURISTIC_WEIGHTS)} "
+                          f"or a preset's name ({sorted(HEURISTIC_PRESETS)})")
+    negative = sorted(name for name, value in weights.items() if not float(value) >= 0)
+    if negative:
+        raise OptionError(f"heuristic_weights must be ≥ 0; {negative} are not")
+    return dict(DEFAULT_HEURISTIC_WEIGHTS, **{name: float(value) for name, value in weights.items()})
 
 
 def pre_activations(network: Network, z: torch.Tensor) -> list[torch.Tensor]:
@@ -49,10 +97,10 @@ class ReluPreimageRefinement:
     """
 
     def __init__(self, network: Network, C, d, kind: str, *, lower, upper, pool: int, method: str,
-                 alpha_iterations: int, rng: torch.Generator, heuristic_weights: dict | None = None):
+                 alpha_iterations: int, rng: torch.Generator, heuristic_weights: dict | str | None = None):
         self.network, self.C, self.d, self.kind, self.method = network, C, d, kind, method
         self.lower, self.upper = lower, upper
-        self.weights = dict(DEFAULT_HEURISTIC_WEIGHTS, **(heuristic_weights or {}))
+        self.weights = heuristic_weights_for(heuristic_weights)
         self.alpha_iterations = alpha_iterations
         self.counters = RefinementCounters()
         self._sign = 1.0 if kind == "under" else -1.0
@@ -67,6 +115,8 @@ class ReluPreimageRefinement:
         self.counters.samples += pool
         self.shapes = [network.shapes[i] for i in network.relu_indices]
         self._members: dict[int, torch.Tensor] = {}
+        # Per open piece: Σ_rows |Λ| of every ReLU (flat), for the coefficient scores.
+        self._coefficients: dict[int, torch.Tensor] = {}
         self._next_id = 0
 
     # ------------------------------------------------------------------ the strategy's four steps
@@ -80,6 +130,7 @@ class ReluPreimageRefinement:
         closed = branches.tags["exact"] | ~self._splittable(branches).any(1)
         for piece in branches.tags["id"][closed].tolist():
             self._members.pop(piece, None)
+            self._coefficients.pop(piece, None)
         return BoundedBranches(branches, closed, torch.zeros(len(branches), dtype=torch.float64))
 
     def probe(self, bounded, open_, deadline, stats):
@@ -90,8 +141,10 @@ class ReluPreimageRefinement:
 
     def split(self, bounded: BoundedBranches, open_: torch.Tensor) -> Branches:
         parents = bounded.branches.select(open_)
-        members = [self._members.pop(piece) for piece in parents.tags["id"].tolist()]
-        scores = self._scores(parents, members)
+        ids = parents.tags["id"].tolist()
+        members = [self._members.pop(piece) for piece in ids]
+        coefficients = [self._coefficients.pop(piece, None) for piece in ids]
+        scores = self._scores(parents, members, coefficients)
         best = scores.argmax(1)
         sizes = [int(torch.tensor(shape).prod()) for shape in self.shapes]
         offsets = torch.tensor([0] + sizes[:-1]).cumsum(0).tolist()
@@ -111,6 +164,13 @@ class ReluPreimageRefinement:
         splits = tuple(torch.stack(c) for c in child_splits)
         both = torch.arange(len(parents)).repeat_interleave(2)
         return self._pieces(splits, child_members, parents.parents.select(both))
+
+    def split_scores(self, branches: Branches) -> torch.Tensor:
+        """(B, total ReLUs) the scores :meth:`split` would rank the open pieces ``branches`` by
+        (flat neuron index over the ReLU layers in order; −inf: not a candidate)."""
+        ids = branches.tags["id"].tolist()
+        return self._scores(branches, [self._members[piece] for piece in ids],
+                            [self._coefficients.get(piece) for piece in ids])
 
     # ------------------------------------------------------------------ pieces
     def _pieces(self, splits, members: list[torch.Tensor], parents) -> Branches:
@@ -164,6 +224,14 @@ class ReluPreimageRefinement:
         self._next_id += B
         for i, m in enumerate(members):
             self._members[int(ids[i])] = m
+        if any(self.weights[name] for name in _COEFFICIENT_SCORES):
+            # The rows' bound was of sign·(C y + d): its lower rows' slopes are the first S of result.alphas.
+            rows = self.C.shape[0]
+            alphas = None if result.alphas is None else [None if a is None else a[:, :rows] for a in result.alphas]
+            walk = relu_coefficients(self.network, result.intermediate, sign * self.C, sign * self.d, alphas=alphas)
+            weight = torch.cat([layer.abs().sum(1).reshape(B, -1) for layer in walk.layers], 1)
+            for i in range(B):
+                self._coefficients[int(ids[i])] = weight[i]
         self.counters.pieces += B
         tags = {"A": A, "b": b, "n": n, "k_pre": k_pre, "k_poly": k_poly, "exact": everywhere | nowhere,
                 "empty": nowhere, "inside": everywhere, "volume": volume,
@@ -177,37 +245,54 @@ class ReluPreimageRefinement:
         return torch.cat([((bounds.lower[k] < 0) & (bounds.upper[k] > 0) & (branches.splits[k] == 0)).reshape(len(branches), -1)
                           for k in range(len(self.shapes))], 1)
 
-    def _scores(self, parents: Branches, members: list[torch.Tensor]) -> torch.Tensor:
-        """(P, total ReLUs) split scores, −inf where a split is pointless."""
+    def _scores(self, parents: Branches, members: list[torch.Tensor], coefficients: list[torch.Tensor | None]
+                ) -> torch.Tensor:
+        """(P, total ReLUs) split scores (see the module docstring), −inf where a split is pointless."""
         P = len(parents)
         candidates = self._splittable(parents)
         bounds = parents.parents
         lower = torch.cat([t.reshape(P, -1) for t in bounds.lower], 1)
         upper = torch.cat([t.reshape(P, -1) for t in bounds.upper], 1)
-        looseness = torch.where(candidates, upper * (-lower) / (upper - lower).clamp(min=1e-30), torch.zeros_like(lower))
+        zero = torch.zeros_like(lower)
+        looseness = torch.where(candidates, upper * (-lower) / (upper - lower).clamp(min=1e-30), zero)
         w = self.weights
         score = torch.zeros_like(lower)
 
-        def normalised(values):
+        def add(name, values):
+            """Each score is scaled to a largest value of 1 over the piece's candidates, then weighted."""
+            values = torch.where(candidates, values, zero)
             top = values.max(1, keepdim=True).values
-            return values / top.clamp(min=1e-30)
+            score.add_(w[name] * values / top.clamp(min=1e-30))
 
         if w["gap"]:
-            score += w["gap"] * normalised(looseness)
+            add("gap", looseness)
         if w["sensitivity"]:
             rows = self.C.abs().sum(0).expand(P, -1)  # every row's sensitivity at once (magnitudes only)
             sensitivity = torch.cat([g.reshape(P, -1) for g in gradient_bounds(self.network, rows, bounds).relu_outputs], 1)
-            score += w["sensitivity"] * normalised(sensitivity * looseness)
-        if w["stable"] or w["balance"]:
-            flat_pre = torch.cat(self.pre, 1)
-            for p, m in enumerate(members):
-                m = m[self.guide[m]]
-                if m.numel() == 0:
-                    continue
-                active = (flat_pre[m] >= 0).to(torch.float64).mean(0)
-                if w["stable"]:
-                    score[p] += w["stable"] * ((active == 0) | (active == 1)).to(torch.float64)
-                if w["balance"]:
-                    score[p] += w["balance"] * (1 - (2 * active - 1).abs())
+            add("sensitivity", sensitivity * looseness)
+        weight = None
+        if any(w[name] for name in _COEFFICIENT_SCORES):
+            weight = torch.stack([c if c is not None else torch.zeros(lower.shape[1], dtype=torch.float64)
+                                  for c in coefficients])
+            if w["area"]:
+                add("area", weight * lower.square())
+            if w["under"]:
+                add("under", weight * lower.abs())
+        depth = torch.zeros_like(lower)  # mean of −z over the guide samples with z < 0
+        flat_pre = torch.cat(self.pre, 1)
+        for p, m in enumerate(members):
+            m = m[self.guide[m]]
+            if m.numel() == 0:
+                continue
+            z = flat_pre[m]
+            if w["extra"]:
+                below = (-z).clamp(min=0)
+                depth[p] = below.sum(0) / (z < 0).sum(0).clamp(min=1)
+            active = (z >= 0).to(torch.float64).mean(0)
+            if w["stable"]:
+                score[p] += w["stable"] * torch.where(candidates[p], ((active == 0) | (active == 1)).to(torch.float64), 0.0)
+            if w["balance"]:
+                score[p] += w["balance"] * (1 - (2 * active - 1).abs())
+        if w["extra"]:
+            add("extra", weight * depth)
         return torch.where(candidates, score + 1e-12, torch.full_like(score, -torch.inf))
-
