@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from assay._validate import check_choice
+from assay.cfx._incumbent import CAP_SLACK, ball_range, greedy_point, network_margin
 from assay.cfx._model import MilpBuilder, check_mlp, predicted_class, relu_rows, row_margins, target_rows
 from assay.cfx.features import FeatureTypes
 from assay.errors import DataError, OptionError
@@ -110,6 +111,8 @@ def counterfactual(
     bounds_method: str = "crown",
     rng: np.random.Generator | None = None,
     bounds_cache: dict | None = None,
+    start=None,
+    tighten: bool = True,
 ) -> Counterfactual:
     """The nearest input classified as ``target`` (see the module docstring for the contract).
 
@@ -130,6 +133,12 @@ def counterfactual(
         rng: random generator of the gradient method's restarts (default: seeded 0).
         bounds_cache: a dict to keep the big-M pre-activation bounds in between calls on the same
             network (keyed by the feature box and method): Algorithm 2 solves one box many times.
+
+        start: a point of the feature spec (same immutable values) near which a valid point is likely,
+            e.g. the previous candidate of Algorithm 2; only used to speed up the solve (``tighten``).
+        tighten: first look for a valid point cheaply (:mod:`assay.cfx._incumbent`) and restrict the
+            MILP to the ball around ``x`` it proves the nearest point lies in, with tighter big-M
+            constants (default True; the optimum is the same, False solves the plain MILP).
 
     Returns:
         a :class:`Counterfactual`; infeasible requests get ``status="infeasible"`` with a message
@@ -163,21 +172,17 @@ def counterfactual(
     if bounds_cache is not None and key in bounds_cache:
         pre_bounds = bounds_cache[key]
     else:
-        pre_bounds = _pre_activation_bounds(network, lower, upper, bounds_method)
+        pre_bounds = _box_bounds(network, affine, x, lower, upper, bounds_method)
         if bounds_cache is not None:
             bounds_cache[key] = pre_bounds
 
-    builder = MilpBuilder()
-    xs, binary = input_variables(builder, features, x, lower, upper, distance)
-
-    previous = xs
-    for k, (W, b) in enumerate(affine[:-1]):
-        terms = [{int(previous[j]): float(W[i, j]) for j in range(W.shape[1]) if W[i, j] != 0.0} for i in range(W.shape[0])]
-        previous = relu_rows(builder, terms, b, pre_bounds[k][0], pre_bounds[k][1])
-    W, b = affine[-1]
-    rows = C @ W
-    builder.linear_rows(rows, previous, None, required - C @ b, np.full(len(C), np.inf))
-    solution = builder.solve(time_limit=time_limit)
+    cap = _distance_cap(network, affine, C, x, start, features, frozen, lower, upper, required, distance,
+                        bounds_method) if tighten else None
+    solution, xs, binary = _solve(affine, C, x, features, lower, upper, pre_bounds, required, distance, time_limit,
+                                  cap)
+    if cap is not None and solution.status == "infeasible":  # cannot be (the cap holds a valid point): be safe
+        solution, xs, binary = _solve(affine, C, x, features, lower, upper, pre_bounds, required, distance,
+                                      time_limit, None)
     constant = float(x[binary].sum()) if distance == "l1" else 0.0
     if solution.x is None:
         if solution.status == "infeasible":
@@ -189,6 +194,66 @@ def counterfactual(
     point[frozen] = x[frozen]
     return _finish(network, x, point, C, int(target), distance, margin, features, "milp",
                    solution.status == "optimal", solution.bound + constant, started, "")
+
+
+def _solve(affine, C, x, features, lower, upper, pre_bounds, required, distance, time_limit, cap):
+    """Build and solve the MILP; with ``cap = (D, bounds)`` restricted to distance ≤ D with those bounds."""
+    builder = MilpBuilder()
+    if cap is not None:
+        radius, tighter = cap  # both bound the same neurons over supersets of the ball ∩ box: keep the tighter
+        pre_bounds = [(np.maximum(lo, tlo), np.minimum(hi, thi)) for (lo, hi), (tlo, thi) in zip(pre_bounds, tighter)]
+        lower, upper = np.maximum(lower, x - radius), np.minimum(upper, x + radius)
+    xs, binary = input_variables(builder, features, x, lower, upper, distance)
+    if cap is not None:
+        objective = {i: c for i, c in enumerate(builder.cost) if c != 0.0}
+        constant = float(x[binary].sum()) if distance == "l1" else 0.0
+        builder.row(objective, -np.inf, radius - constant)
+    previous = xs
+    for k, (W, b) in enumerate(affine[:-1]):
+        terms = [{int(previous[j]): float(W[i, j]) for j in range(W.shape[1]) if W[i, j] != 0.0} for i in range(W.shape[0])]
+        previous = relu_rows(builder, terms, b, pre_bounds[k][0], pre_bounds[k][1])
+    W, b = affine[-1]
+    builder.linear_rows(C @ W, previous, None, required - C @ b, np.full(len(C), np.inf))
+    return builder.solve(time_limit=time_limit), xs, binary
+
+
+def _distance_cap(network, affine, C, x, start, features, frozen, lower, upper, required, distance, bounds_method):
+    """(D, pre-activation bounds over the ball ‖x′ − x‖ ≤ D ∩ box) from the nearest valid point that
+    :func:`~assay.cfx._incumbent.greedy_point` finds from ``x`` and from ``start``; None without one."""
+    binary = np.array([features.is_binary(i) for i in range(features.size)], dtype=bool)
+    movable = ~binary
+    movable[frozen] = False
+    best = np.inf
+    margin = network_margin(affine, C)
+    for origin in ([] if start is None else [np.asarray(start, dtype=np.float64)]) + [x]:
+        point = greedy_point(margin, origin, movable, lower, upper, required)
+        if point is not None and not features.violations(point, x):
+            best = min(best, features.distance(x, point, distance))
+    if not np.isfinite(best):
+        return None
+    radius = best * (1.0 + CAP_SLACK) + CAP_SLACK
+    box_lower, box_upper = np.maximum(lower, x - radius), np.minimum(upper, x + radius)
+    if len(affine) > 2:  # later layers: the engine's bounds over the box around the ball
+        deeper = _pre_activation_bounds(network, box_lower, box_upper, bounds_method)
+    else:
+        deeper = []
+    if len(affine) == 1:
+        return radius, []
+    W, b = affine[0]
+    return radius, [ball_range(W, b, x, lower, upper, radius, distance)] + deeper[1:]
+
+
+def _box_bounds(network, affine, x, lower, upper, method):
+    """Pre-activation bounds over the feature box: the first layer's exact range (a linear map of the
+    box), later layers' from :func:`assay.bounds.compute_bounds` (``method``)."""
+    if len(affine) == 1:  # no hidden layer
+        return []
+    W, b = affine[0]
+    first = ball_range(W, b, x, lower, upper, np.inf, "l1")
+    if len(affine) == 2:
+        return [first]
+    later = _pre_activation_bounds(network, lower, upper, method)
+    return [(np.maximum(first[0], later[0][0]), np.minimum(first[1], later[0][1]))] + later[1:]
 
 
 def _pre_activation_bounds(network, lower, upper, method):

@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 
+from assay.cfx._incumbent import CAP_SLACK, ball_range, greedy_point
 from assay.cfx._model import MilpBuilder, check_mlp, relu_rows, target_rows
 from assay.cfx.features import FeatureTypes
 from assay.cfx.generate import RobustCounterfactual
@@ -124,7 +125,7 @@ def _check(network, features: FeatureTypes):
     return affine
 
 
-def _solve(network, x, deltas, features, target, distance, required, time_limit):
+def _solve(network, x, deltas, features, target, distance, required, time_limit, tighten: bool = True):
     """The robust MILP (module docstring) asking every worst-case target row ≥ ``required``.
 
     Returns the solver's answer, the input variables' indices, which of them are bits, and the
@@ -136,14 +137,26 @@ def _solve(network, x, deltas, features, target, distance, required, time_limit)
     lower, upper = features.lower.copy(), features.upper.copy()
     frozen = features.frozen_variables()
     lower[frozen] = upper[frozen] = x[frozen]
-    builder = MilpBuilder()
-    xs, binary = input_variables(builder, features, x, lower, upper, distance)
     spread = d2 * np.abs(C).sum(1)
     a = C @ W2 - spread[:, None]
+    radius = None
+    if tighten:
+        radius = _robust_cap(x, W1, b1, d1, a, C @ b2 - spread, features, frozen, lower, upper, required, distance)
+    builder = MilpBuilder()
+    box_lower, box_upper = lower, upper
+    if radius is not None:  # the nearest robust point lies within ‖x′ − x‖ ≤ radius (see _robust_cap)
+        box_lower, box_upper = np.maximum(lower, x - radius), np.minimum(upper, x + radius)
+    xs, binary = input_variables(builder, features, x, box_lower, box_upper, distance)
+    if radius is not None:
+        objective = {i: c for i, c in enumerate(builder.cost) if c != 0.0}
+        builder.row(objective, -np.inf, radius - (float(x[binary].sum()) if distance == "l1" else 0.0))
     ends = {}
     for name, sign, needed in (("low", -1.0, (a >= 0).any(0)), ("high", 1.0, (a < 0).any(0))):
         coef, const = W1 + sign * d1, b1 + sign * d1
         lo, hi = _linear_range(coef, const, lower, upper)
+        if radius is not None:
+            ball_lo, ball_hi = ball_range(coef, const, x, lower, upper, radius, distance)
+            lo, hi = np.maximum(lo, ball_lo), np.minimum(hi, ball_hi)
         units = np.flatnonzero(needed)
         terms = [{int(xs[i]): float(coef[j, i]) for i in range(len(xs)) if coef[j, i] != 0.0} for j in units]
         h = relu_rows(builder, terms, const[units], lo[units], hi[units]) if len(units) else np.array([], int)
@@ -154,7 +167,37 @@ def _solve(network, x, deltas, features, target, distance, required, time_limit)
             var = ends["low"][j] if a[r, j] >= 0 else ends["high"][j]
             row[int(var)] = row.get(int(var), 0.0) + float(a[r, j])
         builder.row(row, required - float(C[r] @ b2 - spread[r]), np.inf)
-    return builder.solve(time_limit=time_limit), xs, binary, frozen
+    solution = builder.solve(time_limit=time_limit)
+    if radius is not None and solution.status == "infeasible":  # cannot be (the ball holds a robust point): be safe
+        return _solve(network, x, deltas, features, target, distance, required, time_limit, tighten=False)
+    return solution, xs, binary, frozen
+
+
+def _worst_case(W1, b1, d1, a, offset):
+    """``x -> (min_r worst_r(x), its gradient)`` for x ≥ 0 (module docstring), for :func:`greedy_point`."""
+    low_W, low_b, high_W, high_b = W1 - d1, b1 - d1, W1 + d1, b1 + d1
+
+    def value_and_gradient(x):
+        low, high = low_W @ x + low_b, high_W @ x + high_b
+        h = np.where(a >= 0, np.maximum(low, 0.0), np.maximum(high, 0.0))
+        rows = (a * h).sum(1) + offset
+        r = int(np.argmin(rows))
+        gradient = np.where(a[r] >= 0, a[r] * (low > 0), 0.0) @ low_W + np.where(a[r] < 0, a[r] * (high > 0), 0.0) @ high_W
+        return float(rows[r]), gradient
+
+    return value_and_gradient
+
+
+def _robust_cap(x, W1, b1, d1, a, offset, features, frozen, lower, upper, required, distance):
+    """The distance of a Δ-robust point found by :func:`~assay.cfx._incumbent.greedy_point` on the
+    worst case (its worst target row ≥ ``required``), padded by rounding; None without one. The
+    nearest such point lies within it, so the MILP may be restricted to that ball (speed only)."""
+    movable = np.array([not features.is_binary(i) for i in range(features.size)], dtype=bool)
+    movable[frozen] = False
+    point = greedy_point(_worst_case(W1, b1, d1, a, offset), x, movable, lower, upper, required)
+    if point is None or features.violations(point, x):
+        return None
+    return features.distance(x, point, distance) * (1.0 + CAP_SLACK) + CAP_SLACK
 
 
 def robust_distance_bound(network, x, deltas, features: FeatureTypes, target: int, distance: str = "l1",
