@@ -6,11 +6,16 @@ variables subject to: the network classifies ``x′`` as ``target`` with every t
 :class:`~assay.cfx.FeatureTypes` (bounds, one-hot, thermometer, immutables).
 
 The network is encoded exactly: each unstable ReLU gets a binary variable and big-M constraints whose
-constants are **sound pre-activation bounds** over the feasible input box computed by
-:func:`assay.bounds.compute_bounds` (CROWN by default), never a fixed large constant; stable ReLUs are
-linear. The MILP is therefore an exact model of the network over the feature box, and an optimal
-solve returns the nearest counterfactual whose target rows are all ≥ max(margin, MIN_MARGIN) (up to
-the solver's relative gap, 1e-6 by default).
+constants are **sound pre-activation bounds** over the feasible input box (the first layer's exact
+range, later layers' from :func:`assay.bounds.compute_bounds`, CROWN by default), never a fixed
+large constant; stable ReLUs are linear. The MILP is therefore an exact model of the network over
+the feature box, and an optimal solve returns the nearest counterfactual whose target rows are all
+≥ max(margin, MIN_MARGIN) (up to HiGHS's absolute gap, 1e-6).
+
+Speed (``tighten=True``, the default): a valid point found cheaply (:mod:`assay.cfx._incumbent`)
+at distance D proves the nearest one lies within ``‖x′ − x‖ ≤ D``; the MILP is restricted to that
+ball, with bounds taken over the ball ∩ box, which leaves most neurons stable. The optimum is the
+same; ``tighten=False`` solves the plain MILP.
 The point returned is snapped onto the encoding (bits rounded, bounds clipped) and **re-checked with
 a plain forward pass**: it is returned as found only if every target row is > 0 there.
 """
