@@ -84,3 +84,25 @@ def test_split_neuron_is_the_best_scored_and_the_result_sound():
     x = np.random.default_rng(1).uniform(-1, 1, size=(20_000, 2))
     kept = network.forward(torch.as_tensor(x)).argmax(1).numpy() == 0
     assert not (result.contains(x) & ~kept).any()
+
+
+def test_tiny_preimage_grows_the_measuring_pool_and_stays_sound():
+    """A preimage of about 2 % of the box: 2000 pool points leave ~24 preimage points to measure, so the
+    pool gains measuring points (decided on the guide half); volumes stay right and nothing unsound is kept."""
+    network = _network()
+    box = (-torch.ones(2, dtype=F64), torch.ones(2, dtype=F64))
+    spec = (torch.tensor([[1.0, -1.0]], dtype=F64), torch.tensor([-3.6], dtype=F64))
+    common = dict(kind="under", branching="relu", samples=200, pool=2000, time_limit=5, rng=3, check_samples=0)
+    fixed = approximate_preimage(network, box, spec, min_preimage_samples=0, **common)
+    grown = approximate_preimage(network, box, spec, min_preimage_samples=300, **common)
+    assert fixed.stats["pool"] == 2000 and 2000 < grown.stats["pool"] <= 16 * 2000
+    x = np.random.default_rng(4).uniform(-1, 1, size=(200_000, 2))
+    y = network.forward(torch.as_tensor(x)).numpy()
+    inside = y[:, 0] - y[:, 1] - 3.6 >= 0
+    assert 0.002 < inside.mean() < 0.03
+    contained = grown.contains(x)
+    assert not (contained & ~inside).any()
+    share, estimate = contained.mean() * 4, grown.approximation_volume
+    assert estimate.low - 0.01 <= share <= estimate.high + 0.01
+    preimage = grown.preimage_volume
+    assert preimage.low - 0.01 <= inside.mean() * 4 <= preimage.high + 0.01

@@ -45,6 +45,7 @@ def approximate_preimage(
     branching: str = "auto",
     heuristic_weights: dict | str | None = None,
     pool: int | None = None,
+    min_preimage_samples: int = 300,
     check_samples: int = 10_000,
     rng: np.random.Generator | int | None = None,
     progress: Callable[[dict], None] | None = None,
@@ -85,6 +86,10 @@ def approximate_preimage(
             (``"premap2"``, the default; ``"sensitivity"``, assay's earlier BaBSR-style scores).
         pool: ReLU splitting: uniform samples of the region shared by all pieces (default
             10 × ``samples``).
+        min_preimage_samples: ReLU splitting: while the pool's guide half holds fewer preimage
+            points than this, the pool grows by its first size (up to 16 times it and 2²⁴ stored
+            numbers), so that a tiny preimage still has enough measuring points for the ratio's
+            confidence bound to pass the threshold (33 of 33 covered only proves ≥ 0.894). 0: never.
         check_samples: fresh uniform samples of the whole region that test the final result
             (a contained point outside the preimage, or a preimage point outside an
             over-approximation, raises) and give an independent estimate of the ratio with an
@@ -119,6 +124,7 @@ def approximate_preimage(
     if max_pieces is not None:
         check_int(max_pieces, "max_pieces", "approximate_preimage", minimum=1)
     check_int(check_samples, "check_samples", "approximate_preimage", minimum=0)
+    check_int(min_preimage_samples, "min_preimage_samples", "approximate_preimage", minimum=0)
     check_choice(branching, "branching", "approximate_preimage", ("auto", "input", "relu"))
     if heuristic_weights is not None:
         from assay.preimage.relu_refinement import heuristic_weights_for
@@ -144,7 +150,8 @@ def approximate_preimage(
 
         strategy = ReluPreimageRefinement(region.network, C, d, kind, lower=region.lower, upper=region.upper,
                                           pool=pool or 10 * samples, method=method, alpha_iterations=alpha_iterations,
-                                          rng=torch_rng, heuristic_weights=heuristic_weights)
+                                          rng=torch_rng, heuristic_weights=heuristic_weights,
+                                          min_preimage=min_preimage_samples)
     pool_summary = None if branching == "input" else (strategy.measure_size, strategy.region_volume)
     history: list[tuple[float, float, int]] = []
     interrupted = threading.Event()
@@ -186,7 +193,7 @@ def approximate_preimage(
         seconds=time.monotonic() - started, history=tuple(history),
         stats={"pieces_bounded": strategy.counters.pieces, "bound_calls": strategy.counters.bound_calls,
                "samples": strategy.counters.samples, "method": method, "samples_per_piece": samples,
-               "branching": branching},
+               "branching": branching, **({"pool": int(strategy.z.shape[0])} if branching == "relu" else {})},
     )
     if check_samples:
         result = replace(result, check=_independent_check(result, check_samples, torch_rng, confidence))

@@ -56,6 +56,10 @@ HEURISTIC_PRESETS = {
     "sensitivity": {"extra": 0.0, "area": 0.0, "under": 0.0, "gap": 0.25, "stable": 1.0, "sensitivity": 1.0,
                     "balance": 0.0},
 }
+# The pool grows for tiny preimages (see ReluPreimageRefinement._grow_measure) to at most this many
+# times its first size and this many stored numbers (points × (inputs + ReLUs); 128 MB in float64).
+POOL_GROWTH = 16
+POOL_ELEMENTS = 1 << 24
 # The scores that weigh a neuron by its coefficient in the piece's bound.
 _COEFFICIENT_SCORES = ("extra", "area", "under")
 
@@ -93,11 +97,14 @@ class ReluPreimageRefinement:
     """The ReLU-splitting strategy of preimage refinement (see the module docstring).
 
     Args as :class:`~assay.preimage.refinement.PreimageRefinement`, plus ``lower``/``upper`` (the
-    region's box, (k,)), ``pool`` (uniform samples of the region) and ``heuristic_weights``.
+    region's box, (k,)), ``pool`` (uniform samples of the region), ``min_preimage`` (add measuring
+    points when the guide half holds fewer preimage points, see :meth:`_grow_measure`) and
+    ``heuristic_weights``.
     """
 
     def __init__(self, network: Network, C, d, kind: str, *, lower, upper, pool: int, method: str,
-                 alpha_iterations: int, rng: torch.Generator, heuristic_weights: dict | str | None = None):
+                 alpha_iterations: int, rng: torch.Generator, heuristic_weights: dict | str | None = None,
+                 min_preimage: int = 0):
         self.network, self.C, self.d, self.kind, self.method = network, C, d, kind, method
         self.lower, self.upper = lower, upper
         self.weights = heuristic_weights_for(heuristic_weights)
@@ -105,19 +112,49 @@ class ReluPreimageRefinement:
         self.counters = RefinementCounters()
         self._sign = 1.0 if kind == "under" else -1.0
         self.region_volume = float(torch.prod(upper - lower))
-        self.z = lower + torch.rand(pool, lower.numel(), generator=rng, dtype=torch.float64) * (upper - lower)
-        self.pre = pre_activations(network, self.z)
-        y = network.forward(self.z)
-        self.inside = ((y @ C.T + d) >= 0).all(1)
+        self.z, self.pre, self.inside = self._draw(pool, rng)
         # Half the pool steers the refinement, the other half measures it (as for input splitting).
         self.guide = torch.arange(pool) % 2 == 0
+        self._grow_measure(pool, min_preimage, rng)
         self.measure_size = int((~self.guide).sum())
-        self.counters.samples += pool
         self.shapes = [network.shapes[i] for i in network.relu_indices]
         self._members: dict[int, torch.Tensor] = {}
         # Per open piece: Σ_rows |Λ| of every ReLU (flat), for the coefficient scores.
         self._coefficients: dict[int, torch.Tensor] = {}
         self._next_id = 0
+
+    # ------------------------------------------------------------------ the pool
+    def _draw(self, count: int, rng: torch.Generator):
+        """``count`` uniform points of the region, their pre-activations and whether they lie in the preimage."""
+        z = self.lower + torch.rand(count, self.lower.numel(), generator=rng, dtype=torch.float64) * (self.upper - self.lower)
+        y = self.network.forward(z)
+        self.counters.samples += count
+        return z, pre_activations(self.network, z), ((y @ self.C.T + self.d) >= 0).all(1)
+
+    def _grow_measure(self, pool: int, min_preimage: int, rng: torch.Generator) -> None:
+        """Add measuring points to the pool when its guide half holds fewer than ``min_preimage``
+        preimage points: as many as should bring the measuring half to about ``min_preimage`` of
+        them, at most (:data:`POOL_GROWTH` − 1) × ``pool`` and :data:`POOL_ELEMENTS` stored numbers.
+
+        A tiny preimage leaves few preimage points among the measuring samples, and no confidence
+        bound on the ratio can pass a threshold with few: 33 of 33 covered proves only ≥ 0.894 at
+        95 %. How many to add is read from the guide half alone, so given the guide half the
+        measuring points are a fixed number of independent uniform points and their exact
+        intervals stay exact; the guide half (what the refinement costs) does not grow.
+        """
+        seen = int((self.inside & self.guide).sum())
+        if seen >= min_preimage:
+            return
+        measure = int((~self.guide).sum())
+        per_point = self.lower.numel() + sum(p.shape[1] for p in self.pre)
+        room = min((POOL_GROWTH - 1) * pool, POOL_ELEMENTS // per_point - pool)
+        extra = min(room, int(measure * (min_preimage / max(seen, 1) - 1)))
+        if extra <= 0:
+            return
+        z, pre, inside = self._draw(extra, rng)
+        self.z, self.inside = torch.cat([self.z, z]), torch.cat([self.inside, inside])
+        self.pre = [torch.cat([old, new]) for old, new in zip(self.pre, pre)]
+        self.guide = torch.cat([self.guide, torch.zeros(extra, dtype=torch.bool)])
 
     # ------------------------------------------------------------------ the strategy's four steps
     def root(self) -> Branches:
@@ -187,7 +224,10 @@ class ReluPreimageRefinement:
             method = "alpha" if parents is None else "beta"
             options = AlphaCrownOptions(iterations=self.alpha_iterations) if parents is None else \
                 BetaCrownOptions(iterations=self.alpha_iterations)
-            objective = volume_objective(self.kind, z, (inside if self.kind == "under" else ~inside) & valid & guide)
+            # The objective reads the guide points only (the measuring ones may be many more).
+            steering = [m[self.guide[m]] for m in members]
+            gz, ginside, _, gvalid = stack_samples([(self.z[m], self.inside[m], self.guide[m]) for m in steering])
+            objective = volume_objective(self.kind, gz, (ginside if self.kind == "under" else ~ginside) & gvalid)
         result = compute_bounds(self.network, (lower, upper), (sign * self.C, sign * self.d), method, dtype="float64",
                                 sides="both", splits=[s.to(torch.int64) for s in splits], intermediate=parents,
                                 return_linear=True, options=options, objective=objective)
