@@ -274,6 +274,10 @@ def input_variables(builder: MilpBuilder, features: FeatureTypes, x, lower, uppe
     """The encoded input as MILP variables (bounds, binaries, one-hot and thermometer rows) and the
     distance objective; returns the variables' indices and which are binary."""
     binary = np.array([features.is_binary(i) for i in range(features.size)])
+    # Bits get whole-number bounds: HiGHS's presolve (highspy 1.15) returned a wrong optimum, with a
+    # wrong dual bound, for binaries bounded by [0.6, 1] (a ball around x cutting the unit interval).
+    lower = np.where(binary, np.ceil(np.asarray(lower, float) - 1e-9), lower)
+    upper = np.where(binary, np.floor(np.asarray(upper, float) + 1e-9), upper)
     xs = np.empty(features.size, dtype=int)
     for i in range(features.size):
         xs[i] = builder.add(1, lower[i], upper[i], integer=bool(binary[i]))[0]
