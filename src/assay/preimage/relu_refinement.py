@@ -117,6 +117,9 @@ class ReluPreimageRefinement:
         self.guide = torch.arange(pool) % 2 == 0
         self._grow_measure(pool, min_preimage, rng)
         self.measure_size = int((~self.guide).sum())
+        # Every ReLU's pre-activation side by side (N, total ReLUs); self.pre are views of it per layer.
+        self.flat_pre = torch.cat(self.pre, 1)
+        self.pre = list(torch.split(self.flat_pre, [p.shape[1] for p in self.pre], 1))
         self.shapes = [network.shapes[i] for i in network.relu_indices]
         self._members: dict[int, torch.Tensor] = {}
         # Per open piece: Σ_rows |Λ| of every ReLU (flat), for the coefficient scores.
@@ -185,7 +188,7 @@ class ReluPreimageRefinement:
         best = scores.argmax(1)
         sizes = [int(torch.tensor(shape).prod()) for shape in self.shapes]
         offsets = torch.tensor([0] + sizes[:-1]).cumsum(0).tolist()
-        flat_pre = torch.cat(self.pre, 1)
+        flat_pre = self.flat_pre
         child_splits = [[] for _ in self.shapes]
         child_members = []
         for p, neuron in enumerate(best.tolist()):
@@ -319,7 +322,7 @@ class ReluPreimageRefinement:
             if w["under"]:
                 add("under", weight * lower.abs())
         depth = torch.zeros_like(lower)  # mean of −z over the guide samples with z < 0
-        flat_pre = torch.cat(self.pre, 1)
+        flat_pre = self.flat_pre
         for p, m in enumerate(members):
             m = m[self.guide[m]]
             if m.numel() == 0:
