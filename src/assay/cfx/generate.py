@@ -12,6 +12,9 @@ settings: m starts at 0.01 and grows by 0.2 up to 20). Two tests:
   for the returned candidate is a **union bound over the candidates tested**: with confidence
   ≥ 1 − k·Rⁿ (k candidates tested), at least a fraction R of the δ-box keeps it valid. The result
   states k and that confidence.
+
+A step whose candidate is a point already tested keeps that test's verdict: the same point is never
+tested twice (re-testing it on a fresh sample until it passes would void APΔS's guarantee).
 """
 
 from __future__ import annotations
@@ -104,12 +107,16 @@ def robust_counterfactual(
         rng: APΔS's sampler (default: a fresh, unseeded generator).
         time_limit: seconds per MILP solve (None: no limit).
         search: ``"skip"`` (default) or ``"steps"``. ``"steps"`` is the paper's loop: every margin
-            step is solved and tested in turn. ``"skip"`` returns the same first passing step but
-            proves most failing steps without solving them (exact test on one-hidden-layer networks
-            over non-negative features; elsewhere, and for APΔS, it is ``"steps"``): see
-            :func:`_skip_prefix`. The answer is the paper's up to ties between equally near points
-            (the solver may pick another of them) and, with a ``time_limit``, up to the steps whose
-            solve the paper's loop would have cut short.
+            step is solved by the plain MILP (``tighten=False``) and tested in turn. ``"skip"``
+            returns the same first passing step with less work: (1) with the exact test on
+            one-hidden-layer networks over non-negative features it proves most failing steps
+            without solving them (:func:`_skip_prefix`); (2) a step whose margin an earlier step's
+            point already meets has that point as its optimum, so no MILP is solved for it (and it
+            keeps that point's verdict); (3) each MILP is restricted to the ball a cheap valid point
+            proves (``tighten=True``, its greedy search started from the previous candidate). The
+            answer is the paper's up to ties between equally near points (the solver may pick
+            another of them, and (2) picks the earlier one) and, with a ``time_limit``, up to the
+            steps whose solve the paper's loop would have cut short.
     """
     started = time.perf_counter()
     check_choice(test, "test", "robust_counterfactual", ("exact", "apas"))
