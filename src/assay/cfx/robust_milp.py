@@ -18,6 +18,12 @@ encodes ``relu(l_j)`` and ``relu(u_j)`` exactly (big-M constants from exact inte
 linear functions over the feature box) and asks ``worst_r(x) ≥ margin`` for every row: its optimum
 is the nearest counterfactual that every model within δ classifies as the target. The point is
 re-checked with the exact robustness check before it is returned.
+
+Speed: a Δ-robust point found by greedy moves along the worst case's gradient
+(:func:`assay.cfx._incumbent.greedy_point`) at distance D proves the nearest one lies within
+``‖x′ − x‖ ≤ D``; the MILP is restricted to that ball, with the ranges of ``l_j`` and ``u_j`` taken over
+the ball ∩ box (:func:`assay.cfx._incumbent.ball_range`). Its optimum and its proven lower bound are
+those of the whole box.
 """
 
 from __future__ import annotations
