@@ -137,7 +137,8 @@ class ReluPreimageRefinement:
     def _grow_measure(self, pool: int, min_preimage: int, rng: torch.Generator) -> None:
         """Add measuring points to the pool when its guide half holds fewer than ``min_preimage``
         preimage points: as many as should bring the measuring half to about ``min_preimage`` of
-        them, at most (:data:`POOL_GROWTH` − 1) × ``pool`` and :data:`POOL_ELEMENTS` stored numbers.
+        them, at most (:data:`POOL_GROWTH` − 1) × ``pool`` and :data:`POOL_ELEMENTS` stored numbers
+        (none when the guide half holds no preimage point at all).
 
         A tiny preimage leaves few preimage points among the measuring samples, and no confidence
         bound on the ratio can pass a threshold with few: 33 of 33 covered proves only ≥ 0.894 at
@@ -146,12 +147,12 @@ class ReluPreimageRefinement:
         intervals stay exact; the guide half (what the refinement costs) does not grow.
         """
         seen = int((self.inside & self.guide).sum())
-        if seen >= min_preimage:
+        if seen >= min_preimage or seen == 0:  # none seen: too rare to size the growth by (or empty)
             return
         measure = int((~self.guide).sum())
         per_point = self.lower.numel() + sum(p.shape[1] for p in self.pre)
         room = min((POOL_GROWTH - 1) * pool, POOL_ELEMENTS // per_point - pool)
-        extra = min(room, int(measure * (min_preimage / max(seen, 1) - 1)))
+        extra = min(room, int(measure * (min_preimage / seen - 1)))
         if extra <= 0:
             return
         z, pre, inside = self._draw(extra, rng)
