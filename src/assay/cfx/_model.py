@@ -143,10 +143,12 @@ class MilpBuilder:
     def add(self, count: int, lower, upper, integer: bool = False, cost=0.0) -> np.ndarray:
         """Add ``count`` variables; returns their indices."""
         start = len(self.lower)
-        self.lower.extend(np.broadcast_to(np.asarray(lower, float), (count,)).tolist())
-        self.upper.extend(np.broadcast_to(np.asarray(upper, float), (count,)).tolist())
+        for column, value in ((self.lower, lower), (self.upper, upper), (self.cost, cost)):
+            if np.ndim(value) == 0:
+                column.extend([float(value)] * count)
+            else:
+                column.extend(np.broadcast_to(np.asarray(value, float), (count,)).tolist())
         self.integer.extend([1 if integer else 0] * count)
-        self.cost.extend(np.broadcast_to(np.asarray(cost, float), (count,)).tolist())
         return np.arange(start, start + count)
 
     def row(self, terms: dict[int, float], lower: float = -np.inf, upper: float = np.inf) -> None:

@@ -246,7 +246,8 @@ def _skip_prefix(network, x, deltas, features, target, distance, time_limit, mar
     hint = last
     if nearest is not None:  # the robust point is feasible for every margin up to its own
         C = target_rows(network, target)
-        hint = max((k for k, m in enumerate(margins) if m <= float(row_margins(network, nearest, C)[0])), default=-1)
+        reached = float(row_margins(network, nearest, C)[0])
+        hint = max((k for k, m in enumerate(margins) if m <= reached), default=-1)
         if hint >= 0 and _nearer_than(network, point, nearest, features, C, max(margins[hint], MIN_MARGIN), distance,
                                       limit):
             return fails, hint + 1
