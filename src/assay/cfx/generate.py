@@ -34,6 +34,9 @@ from assay.errors import OptionError, UnsupportedError
 
 __all__ = ["RobustCounterfactual", "robust_counterfactual"]
 
+# Two candidates closer than this in every variable are one point (one robustness test between them).
+SAME_POINT = 1e-9
+
 
 @dataclass(frozen=True)
 class RobustCounterfactual:
@@ -162,9 +165,10 @@ def robust_counterfactual(
     if test == "exact" and fast:
         fails_by_distance, start = _skip_prefix(network, x, deltas, features, target, distance, time_limit, margins,
                                                 candidate)
-    # One test per distinct point: a step that returns a point already tested has that test's result
-    # (for APΔS, re-testing the same point on a fresh sample would void the guarantee).
-    verdicts: dict[bytes, bool] = {}
+    # One test per distinct point: a step that returns a point already tested (to within SAME_POINT,
+    # e.g. the solver's rounding noise) has that test's result (for APΔS, re-testing the same point
+    # on a fresh sample would void the guarantee). Only failures are ever reused: the loop stops at a pass.
+    verdicts: list[tuple[np.ndarray, bool]] = []
     tested = skipped = 0
     last = None
     for k in range(start, len(margins)):
@@ -175,14 +179,15 @@ def robust_counterfactual(
         if fails_by_distance(last):  # proven not Δ-robust without the test (see _skip_prefix)
             skipped += 1
             continue
-        key = last.x_cf.tobytes()
-        if key not in verdicts:
+        passed = next((verdict for point, verdict in verdicts if np.abs(point - last.x_cf).max() <= SAME_POINT), None)
+        if passed is None:
             tested += 1
             if test == "exact":
-                verdicts[key] = delta_robust(network, last.x_cf, list(deltas), target, time_limit=time_limit).robust
+                passed = delta_robust(network, last.x_cf, list(deltas), target, time_limit=time_limit).robust
             else:
-                verdicts[key] = apas_test(network, last.x_cf, deltas[0], target, R, alpha, rng=rng).passed
-        if verdicts[key]:
+                passed = apas_test(network, last.x_cf, deltas[0], target, R, alpha, rng=rng).passed
+            verdicts.append((last.x_cf, passed))
+        if passed:
             return _result(last, True, test, deltas, margins[k], k + 1, tested, solves, n, R, alpha,
                            started)
     if last is None:  # the whole schedule was proven to fail: report its last candidate, as the loop would
