@@ -192,8 +192,10 @@ class ReluPreimageRefinement:
         flat_pre = self.flat_pre
         child_splits = [[] for _ in self.shapes]
         child_members = []
+        layers = []
         for p, neuron in enumerate(best.tolist()):
             layer = max(k for k, offset in enumerate(offsets) if offset <= neuron)
+            layers.append(layer)
             for sign in (1, -1):
                 for k, s in enumerate(parents.splits):
                     flat = s[p].reshape(-1).clone()
@@ -204,7 +206,9 @@ class ReluPreimageRefinement:
                 child_members.append(members[p][value >= 0] if sign > 0 else members[p][value < 0])
         splits = tuple(torch.stack(c) for c in child_splits)
         both = torch.arange(len(parents)).repeat_interleave(2)
-        return self._pieces(splits, child_members, parents.parents.select(both))
+        # The ReLU layers up to the split one keep their parents' bounds (they depend on earlier layers
+        # only; the split neuron is clamped by its split): only the later ones are bounded again.
+        return self._pieces(splits, child_members, parents.parents.select(both), fixed_layers=min(layers) + 1)
 
     def split_scores(self, branches: Branches) -> torch.Tensor:
         """(B, total ReLUs) the scores :meth:`split` would rank the open pieces ``branches`` by
@@ -214,7 +218,7 @@ class ReluPreimageRefinement:
                             [self._coefficients.get(piece) for piece in ids])
 
     # ------------------------------------------------------------------ pieces
-    def _pieces(self, splits, members: list[torch.Tensor], parents) -> Branches:
+    def _pieces(self, splits, members: list[torch.Tensor], parents, fixed_layers: int = 0) -> Branches:
         B, k = len(members), self.lower.numel()
         lower, upper = self.lower.expand(B, k), self.upper.expand(B, k)
         if any(m.numel() for m in members):
@@ -234,6 +238,7 @@ class ReluPreimageRefinement:
             objective = volume_objective(self.kind, gz, (ginside if self.kind == "under" else ~ginside) & gvalid)
         result = compute_bounds(self.network, (lower, upper), (sign * self.C, sign * self.d), method, dtype="float64",
                                 sides="both", splits=[s.to(torch.int64) for s in splits], intermediate=parents,
+                                fixed_layers=fixed_layers if parents is not None else 0,
                                 return_linear=True, options=options, objective=objective)
         self.counters.bound_calls += 1
         A = result.linear.lower_A.reshape(B, self.C.shape[0], k)
