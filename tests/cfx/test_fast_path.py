@@ -205,3 +205,21 @@ def test_certified_robust_counterfactuals_survive_every_vertex_model(seed):
             assert delta_robust(network, result.x_cf, delta, target, method="milp").robust
             assert (shifted_outputs(network, result.x_cf, vertices, delta) @ C.T).min() > 0
     assert certified >= 2
+
+
+def test_a_solve_stopped_without_a_point_returns_the_greedy_point_as_not_optimal(monkeypatch):
+    import assay.cfx._model as model
+
+    rng = np.random.default_rng(3)
+    network = random_mlp((4, 6, 1), rng)
+    x = rng.uniform(0, 1, size=4)
+    exact = counterfactual(network, x)
+    assert exact.found and exact.optimal
+    monkeypatch.setattr(model, "run_highs",
+                        lambda problem, options: model._Outcome("time_limit", None, -np.inf, "Time limit reached"))
+    rushed = counterfactual(network, x, time_limit=0.01)
+    assert rushed.found and not rushed.optimal  # the cap's valid point, never claimed nearest
+    assert rushed.achieved_margin > 0 and rushed.distance >= exact.distance - 1e-9
+    assert rushed.lower_bound <= exact.distance
+    plain = counterfactual(network, x, time_limit=0.01, tighten=False)  # no greedy point: nothing to return
+    assert plain.status == "timeout" and plain.x_cf is None

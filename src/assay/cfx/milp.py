@@ -132,8 +132,8 @@ def counterfactual(
             at least :data:`MIN_MARGIN` is asked so that the answer is strictly valid.
         method: ``"milp"`` (exact, default) or ``"gradient"`` (projected gradient descent on a
             hinge loss plus the distance; fast for large networks, no optimality claim).
-        time_limit: seconds for the solver (None: no limit); a point found by then is returned
-            with ``optimal=False``.
+        time_limit: seconds for the solver (None: no limit); a point found by then (the solver's,
+            or the greedy point of ``tighten``) is returned with ``optimal=False``.
         bounds_method: how the big-M constants are bounded (``"crown"``, ``"ibp"``, ``"alpha"``).
         rng: random generator of the gradient method's restarts (default: seeded 0).
         bounds_cache: a dict to keep the big-M pre-activation bounds in between calls on the same
@@ -193,6 +193,9 @@ def counterfactual(
         if solution.status == "infeasible":
             message = _infeasible_message(features, frozen, target, required)
             return _not_found(x, target, "infeasible", distance, margin, np.inf, started, message)
+        if cap is not None and solution.status == "timeout":  # the greedy point is valid: anytime answer
+            return _finish(network, x, cap[2], C, int(target), distance, margin, features, "milp", False,
+                           solution.bound + constant, started, "")
         return _not_found(x, target, "timeout" if solution.status == "timeout" else "failed", distance, margin, -np.inf,
                           started, f"the MILP solver stopped without a point: {solution.message}")
     point = features.snap(solution.x[xs])
@@ -202,10 +205,10 @@ def counterfactual(
 
 
 def _solve(affine, C, x, features, lower, upper, pre_bounds, required, distance, time_limit, cap):
-    """Build and solve the MILP; with ``cap = (D, bounds)`` restricted to distance ≤ D with those bounds."""
+    """Build and solve the MILP; with ``cap = (D, bounds, point)`` restricted to distance ≤ D with those bounds."""
     builder = MilpBuilder()
     if cap is not None:
-        radius, tighter = cap  # both bound the same neurons over supersets of the ball ∩ box: keep the tighter
+        radius, tighter, _ = cap  # both bound the same neurons over supersets of the ball ∩ box: keep the tighter
         pre_bounds = [(np.maximum(lo, tlo), np.minimum(hi, thi)) for (lo, hi), (tlo, thi) in zip(pre_bounds, tighter)]
         lower, upper = np.maximum(lower, x - radius), np.minimum(upper, x + radius)
     xs, binary = input_variables(builder, features, x, lower, upper, distance)
@@ -223,17 +226,20 @@ def _solve(affine, C, x, features, lower, upper, pre_bounds, required, distance,
 
 
 def _distance_cap(network, affine, C, x, start, features, frozen, lower, upper, required, distance, bounds_method):
-    """(D, pre-activation bounds over the ball ‖x′ − x‖ ≤ D ∩ box) from the nearest valid point that
-    :func:`~assay.cfx._incumbent.greedy_point` finds from ``x`` and from ``start``; None without one."""
+    """(D, pre-activation bounds over the ball ‖x′ − x‖ ≤ D ∩ box, the point) from the nearest valid
+    point that :func:`~assay.cfx._incumbent.greedy_point` finds from ``x`` and from ``start``; None
+    without one."""
     binary = np.array([features.is_binary(i) for i in range(features.size)], dtype=bool)
     movable = ~binary
     movable[frozen] = False
-    best = np.inf
+    best, best_point = np.inf, None
     margin = network_margin(affine, C)
     for origin in ([] if start is None else [np.asarray(start, dtype=np.float64)]) + [x]:
         point = greedy_point(margin, origin, movable, lower, upper, required)
         if point is not None and not features.violations(point, x):
-            best = min(best, features.distance(x, point, distance))
+            found = features.distance(x, point, distance)
+            if found < best:
+                best, best_point = found, point
     if not np.isfinite(best):
         return None
     radius = best * (1.0 + CAP_SLACK) + CAP_SLACK
@@ -243,9 +249,9 @@ def _distance_cap(network, affine, C, x, start, features, frozen, lower, upper, 
     else:
         deeper = []
     if len(affine) == 1:
-        return radius, []
+        return radius, [], best_point
     W, b = affine[0]
-    return radius, [ball_range(W, b, x, lower, upper, radius, distance)] + deeper[1:]
+    return radius, [ball_range(W, b, x, lower, upper, radius, distance)] + deeper[1:], best_point
 
 
 def _box_bounds(network, affine, x, lower, upper, method):
