@@ -134,7 +134,8 @@ def counterfactual(
             hinge loss plus the distance; fast for large networks, no optimality claim).
         time_limit: seconds for the solver (None: no limit); a point found by then (the solver's,
             or the greedy point of ``tighten``) is returned with ``optimal=False``.
-        bounds_method: how the big-M constants are bounded (``"crown"``, ``"ibp"``, ``"alpha"``).
+        bounds_method: how the big-M constants of the second and later hidden layers are bounded
+            (``"crown"``, ``"ibp"``, ``"alpha"``); the first layer's are its exact range.
         rng: random generator of the gradient method's restarts (default: seeded 0).
         bounds_cache: a dict to keep the big-M pre-activation bounds in between calls on the same
             network (keyed by the feature box and method): Algorithm 2 solves one box many times.
