@@ -237,7 +237,8 @@ def _distance_cap(network, affine, C, x, start, features, frozen, lower, upper, 
     margin = network_margin(affine, C)
     for origin in ([] if start is None else [np.asarray(start, dtype=np.float64)]) + [x]:
         point = greedy_point(margin, origin, movable, lower, upper, required)
-        if point is not None and not features.violations(point, x):
+        # Re-checked by the network's own forward pass: the cap must hold a valid point.
+        if point is not None and not features.violations(point, x) and row_margins(network, point, C)[0] >= required:
             found = features.distance(x, point, distance)
             if found < best:
                 best, best_point = found, point
