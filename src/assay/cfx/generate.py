@@ -221,7 +221,7 @@ def _skip_prefix(network, x, deltas, features, target, distance, time_limit, mar
     or below the robust point's own margin usually ends it, which a point on the segment from x to
     the robust point proves without any solve (:func:`_nearer_than`); otherwise a galloping search
     (down from that step, or up from the first when no robust point exists).
-    A small slack covers the solver's relative gap (1e-6), so a skipped step is always one the
+    A small slack covers the solver's absolute gap (1e-6), so a skipped step is always one the
     paper's loop would have tested and rejected.
 
     Returns ``(fails_by_distance, start)``: the predicate "this candidate is nearer than L" (also
@@ -238,8 +238,9 @@ def _skip_prefix(network, x, deltas, features, target, distance, time_limit, mar
         return _never, 0
     if not bound > 0:
         return _never, 0
-    # The slack: d_j ≤ d_k·(1 + gap) for j < k up to the solver's relative gap; keep 10× that.
-    limit = bound * (1.0 - 1e-5) - 1e-9 if np.isfinite(bound) else np.inf
+    # The slack: an unsolved step j < k would give d_j ≤ opt_j + gap ≤ d_k + gap, with HiGHS's absolute
+    # gap 1e-6 (the relative gap is 0); keep twice that, plus a relative 1e-5 for rounding.
+    limit = bound * (1.0 - 1e-5) - 2e-6 if np.isfinite(bound) else np.inf
 
     def fails(cf) -> bool:
         return cf.found and cf.optimal and cf.distance < limit
@@ -290,7 +291,7 @@ def _nearer_than(network, x, robust_point, features, C, required, distance, limi
     they are, its continuous variables moved a fraction t of the way (a convex combination keeps
     the bounds and the immutable values). Each point is checked by a forward pass; a point found
     bounds the distance of the nearest candidate with that margin from above (with the solver's
-    relative gap, 1e-6, as slack), which is all :func:`_skip_prefix` needs."""
+    absolute gap, 1e-6, as slack), which is all :func:`_skip_prefix` needs."""
     bits = np.array([features.is_binary(i) for i in range(features.size)], dtype=bool)
     base = np.where(bits, robust_point, x)
     direction = robust_point - base
@@ -298,7 +299,7 @@ def _nearer_than(network, x, robust_point, features, C, required, distance, limi
     points = base[None, :] + t[:, None] * direction[None, :]
     ok = row_margins(network, points, C) >= required
     for point in points[ok]:
-        if not features.violations(point, x) and features.distance(x, point, distance) * (1 + 2e-6) + 2e-9 < limit:
+        if not features.violations(point, x) and features.distance(x, point, distance) * (1 + 2e-6) + 2e-6 < limit:
             return True
     return False
 
