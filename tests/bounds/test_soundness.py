@@ -122,16 +122,18 @@ def test_intermediate_bounds_contain_sampled_activations(intermediate_method, dt
 @FAST
 @given(network=networks, seed=st.integers(0, 2**32 - 1), delta=st.sampled_from([0.0, 0.01]))
 def test_alpha_intermediate_bounds_are_inside_crowns_and_stay_sound(network, seed, delta):
-    """Intermediate α-CROWN starts from CROWN's bounds and keeps the best iterate: every
-    pre-activation interval is inside CROWN's, and every sampled output stays inside (with and
-    without perturbed weights, which take the tracked-magnitude path)."""
+    """Intermediate α-CROWN starts from CROWN's bounds and keeps the best iterate: the second
+    ReLU layer's intervals (the first that α tightens, on the same first-layer bounds) are inside
+    CROWN's, and every sampled output stays inside (with and without perturbed weights, which
+    take the tracked-magnitude path). (Later layers are not compared: CROWN's adaptive slopes
+    on tighter earlier bounds can loosen a single neuron, so neither side contains the other.)"""
     rng = np.random.default_rng(seed)
     lower, upper = random_boxes(network, rng, batch=2, max_width=2.0)
     crown = compute_bounds(network, (lower, upper), method="alpha", options=AlphaCrownOptions(iterations=0),
                            weight_perturbation=delta or None)
     tight = compute_bounds(network, (lower, upper), method="alpha", options=AlphaCrownOptions(iterations=8),
                            weight_perturbation=delta or None, intermediate_method="alpha")
-    for k in range(len(crown.intermediate.lower)):
+    for k in range(min(2, len(crown.intermediate.lower))):
         assert (tight.intermediate.lower[k] >= crown.intermediate.lower[k]).all()
         assert (tight.intermediate.upper[k] <= crown.intermediate.upper[k]).all()
     moved = perturbed_network(network, rng, delta) if delta else network

@@ -24,6 +24,10 @@ from assay.nn.network import Network, resolve_dtype
 _ROW_CHUNK_ELEMENTS = 1 << 24
 # Slope elements (rows × earlier ReLU neurons) optimised in one intermediate α-CROWN call.
 _ALPHA_CHUNK_ELEMENTS = 1 << 23
+# Intermediate α-CROWN skips a layer with more unstable neurons than this in one domain: its
+# cost grows with their number times the earlier layers' size (a lowered MaxPool's layers of
+# thousands of unstable neurons would take minutes for little gain).
+_ALPHA_MAX_UNSTABLE = 2048
 # Intermediate CROWN groups domains by their number of unstable neurons: about this many groups,
 # each of at least _MIN_GROUP domains.
 _GROUPS = 16
@@ -349,9 +353,12 @@ def _alpha_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radiu
     Every unstable neuron's lower and upper bound is a row of its own, with its own slopes at
     every earlier ReLU layer, optimised by :func:`optimize_bounds` (any slopes are sound, so a
     deadline only stops the tightening). Rows are bounded in chunks so that the slopes of one
-    chunk stay within :data:`_ALPHA_CHUNK_ELEMENTS`.
+    chunk stay within :data:`_ALPHA_CHUNK_ELEMENTS`. A layer with more than
+    :data:`_ALPHA_MAX_UNSTABLE` unstable neurons in some domain keeps its CROWN bounds.
     """
-    lower = bounds[position][0]
+    lower, upper = bounds[position]
+    if int(((lower < 0) & (upper > 0)).reshape(lower.shape[0], -1).sum(1).max()) > _ALPHA_MAX_UNSTABLE:
+        return lower, upper  # CROWN's bounds stay (sound); see _ALPHA_MAX_UNSTABLE
     slope_elements = sum(math.prod(plan.stages[p].shape) for p in plan.relu_positions if p < position)
     chunk = max(1, _ALPHA_CHUNK_ELEMENTS // (2 * lower.shape[0] * max(1, slope_elements)))
     lr = options.lr if isinstance(options, AlphaCrownOptions) else options.lr_alpha

@@ -20,6 +20,9 @@ from assay.verify.search import SearchState, SearchStats, branch_and_bound
 
 __all__ = ["verify", "verify_vnnlib", "VerifyOptions", "INPUT_SPLIT_MAX_INPUTS"]
 
+# The share of the time left that tightening an open query's root may take (ReLU splitting).
+TIGHTEN_SHARE = 0.25
+
 
 def verify(
     network: Network,
@@ -124,7 +127,10 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
         for query, plans in open_queries:
             if deadline.passed():
                 return finish(VerificationStatus.TIMEOUT)
-            plans = conjunction_searches(network, query, dtype=dtype, deadline=deadline, tighten=plans)
+            # At most a share of the time left, so that the search keeps the larger part.
+            now = time.monotonic()
+            budget = Deadline(min(deadline.at, now + TIGHTEN_SHARE * (deadline.at - now)))
+            plans = conjunction_searches(network, query, dtype=dtype, deadline=budget, tighten=plans)
             stats.bound_calls += 1
             if not all(plan.refuted_at_root for plan, _ in plans):
                 tightened.append((query, plans))
