@@ -151,20 +151,26 @@ def run_chunk(folder: Path, chunk: list[dict], scale: float, workers: int) -> li
 CHECKER_TOLERANCE = 1e-4  # COUNTEREXAMPLE_TOL of the VNN-COMP 2022 scoring (SCORING/settings.py)
 
 
-def check_counterexample(model: Path, prop: Path, x: list[float], y: list[float]) -> dict:
-    """What the competition's checker (SCORING/counterexamples.py) tests: onnxruntime on X (in the
-    model's input dtype) reproduces Y within the tolerance in L∞, X lies in a box of the property and
-    Y meets that box's unsafe condition (both within the tolerance)."""
+def check_counterexample(model: Path, prop: Path, x: list[float], y: list[float], query: int = 0) -> dict:
+    """What the competition's checker (SCORING/counterexamples.py) tests, on the result file that
+    `vnncomp/run_instance.sh` would write for counterexample X (float64 output ``y``, of ``query``):
+    onnxruntime on X (in the model's input dtype) reproduces the file's Y within the tolerance in
+    L∞, X lies in a box of the property and Y meets that box's unsafe condition (both within the
+    tolerance)."""
     import numpy as np
     import onnxruntime
 
+    from assay.nn import load
     from assay.sets import read_vnnlib
+    from assay.verify.competition import result_file_output
 
     session = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     declared = session.get_inputs()[0]
     shape = [d if isinstance(d, int) and d > 0 else 1 for d in declared.shape]
     dtype = np.float64 if "double" in declared.type else np.float32
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    network = load(model)
+    y = result_file_output(network, read_vnnlib(prop, num_inputs=x.size, num_outputs=y.size), x, y, query)
     output = session.run(None, {declared.name: x.astype(dtype).reshape(shape)})[0].reshape(-1)
     difference = float(np.abs(output.astype(np.float64) - y).max())
     spec = read_vnnlib(prop, num_inputs=x.size, num_outputs=y.size)
@@ -312,9 +318,9 @@ def main(argv=None) -> int:
                       "best_published_seconds": min(best) if best else None}
             record["disagrees"] = status in DECIDED and reference["consensus"] in DECIDED and status != reference["consensus"]
             if record["counterexample"] is not None:
+                found = record["counterexample"]
                 record["checker"] = check_counterexample(folder / row["network"], folder / row["property"],
-                                                         record["counterexample"]["input"],
-                                                         record["counterexample"]["output"])
+                                                         found["input"], found["output"], found.get("query", 0))
             records.append(record)
             published.append(reference)
             print(f"[{len(records)}/{len(chosen)}] #{row['index']} {row['network']} {row['property']}: {status} "

@@ -311,14 +311,15 @@ def run_instance(model, property_file, timeout: float, *, started: float | None 
         torch.set_num_threads(previous_threads)  # callers in the same process keep their setting
     answer = competition_result(verification, time.monotonic() - started, timeout)
     if answer.word == "sat":
-        answer = replace(answer, output=_output_as_the_checker_runs_it(network, prop, answer.input, answer.output,
+        answer = replace(answer, output=result_file_output(network, prop, answer.input, answer.output,
                                                                         verification.counterexample.query))
     return answer
 
 
-def _output_as_the_checker_runs_it(network, prop, x: np.ndarray, y: np.ndarray, query_index: int) -> np.ndarray:
-    """Y for the result file: the float32 forward pass of x cast to float32 when that output violates
-    the property's query too, else ``y`` (the float64 re-check's output)."""
+def result_file_output(network, prop, x: np.ndarray, y: np.ndarray, query_index: int) -> np.ndarray:
+    """Y for the result file of counterexample ``x`` (whose float64 re-check gave ``y``) of query
+    ``query_index`` of ``prop``: the float32 forward pass of x cast to float32 when that output
+    violates the query too, else ``y``."""
     import torch
 
     query = prop.queries[query_index]
