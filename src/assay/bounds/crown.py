@@ -57,6 +57,7 @@ def backsubstitute(
     relaxations: dict[int, ReluRelaxation] | None = None,
     relax=relax_relu,
     track_abs: bool = True,
+    observe=None,
 ) -> Backward:
     """Lower linear bound of ``C · (input of stage target) + d`` in terms of the network input.
 
@@ -77,6 +78,9 @@ def backsubstitute(
         track_abs: False skips the rounding magnitudes (``A_abs``, ``b_abs`` are None; half the
             work): the caller then bounds rounding with :func:`forward_magnitudes` instead.
             Only without ``deltas`` and ``betas``, which that bound does not cover.
+        observe: optional ``observe(position, A)``, called at each ReLU stage the rows reach with
+            the coefficients on its input just after crossing it (before split multipliers):
+            how much each neuron's relaxation weighs in the bound (branching heuristics read it).
     """
     deltas = deltas or {}
     slopes = slopes or {}
@@ -108,6 +112,8 @@ def backsubstitute(
                 lower_slope = torch.where(relaxation.unstable.unsqueeze(1), slopes[position], lower_slope)
             b = b + _dot(A.clamp(max=0), relaxation.upper_intercept)
             A = A * torch.where(A >= 0, lower_slope, relaxation.upper_slope.unsqueeze(1))
+            if observe is not None:
+                observe(position, A)
             if track_abs:
                 b_abs = b_abs + _dot(A_abs, relaxation.upper_intercept.abs())
             if position in betas:

@@ -8,8 +8,8 @@ at the input ``z`` of each ReLU layer, a coefficient tensor ``Λ`` such that
 
 ``Λ[i, s, j]`` says how much neuron j's relaxation is worth to row s of domain i: branching
 heuristics weigh a neuron's looseness by it (BaBSR; PREMAP2's *area*, *under* and *extra* scores,
-which read auto_LiRPA's ``lA`` of the ReLU's input node, the same quantity). This module walks
-the stages once and returns every layer's ``Λ`` together with the final ``A`` and ``b``.
+which read auto_LiRPA's ``lA`` of the ReLU's input node, the same quantity). It is one :func:`backsubstitute` walk
+that records every layer's ``Λ`` on the way, returned with the final ``A`` and ``b``.
 
 It is a heuristic's input, not a bound: there are no rounding margins, no split multipliers β
 and no weight perturbation. Its final ``A`` equals :func:`assay.bounds.compute_bounds`'s
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from assay.bounds.plan import AddStage, ReluStage, accumulate, plan_for
-from assay.bounds.relaxation import relax_relu
+from assay.bounds.crown import backsubstitute
+from assay.bounds.plan import plan_for
 from assay.bounds.result import IntermediateBounds
 from assay.nn.network import Network
 
@@ -79,41 +79,20 @@ def relu_coefficients(
         raise ValueError(f"intermediate bounds cover {len(intermediate.lower)} ReLU layers; the network has "
                          f"{len(plan.relu_positions)}")
     layer_of = {position: k for k, position in enumerate(plan.relu_positions)}
-    b = d.clone()
-    pending = {len(plan.stages): (C.reshape(batch, rows, *network.output_shape),)}
-    layers: list[torch.Tensor | None] = [None] * len(plan.relu_positions)
-    for position in range(len(plan.stages) - 1, -1, -1):
-        stage = plan.stages[position]
-        if position + 1 not in pending:
-            if isinstance(stage, ReluStage):  # the layer does not reach the rows
-                layers[layer_of[position]] = torch.zeros(batch, rows, *stage.shape, dtype=torch.float64)
-            continue
-        (A,) = pending.pop(position + 1)
-        if isinstance(stage, AddStage):
-            for source in stage.sources:
-                accumulate(pending, source, (A,))
-            continue
-        if isinstance(stage, ReluStage):
-            k = layer_of[position]
-            lower = intermediate.lower[k].to(torch.float64)
-            upper = intermediate.upper[k].to(torch.float64)
-            relaxation = relax_relu(lower, upper)
-            lower_slope = relaxation.lower_slope.unsqueeze(1)
-            if alphas is not None and alphas[k] is not None:
-                lower_slope = torch.where(relaxation.unstable.unsqueeze(1), alphas[k].to(torch.float64).clamp(0, 1),
-                                          lower_slope)
-            b = b + _dot(A.clamp(max=0), relaxation.upper_intercept)
-            A = A * torch.where(A >= 0, lower_slope, relaxation.upper_slope.unsqueeze(1))
-            layers[k] = A
-        else:
-            if stage.bias is not None:
-                b = b + stage.bias_term(A)
-            A = stage.backward(A)
-        accumulate(pending, stage.sources[0], (A,))
-    (A,) = pending.pop(0)
-    return ReluCoefficients(tuple(layers), A, b)
+    # backsubstitute reads the bounds of the ReLU inputs only (other tensors' bounds serve weight
+    # perturbation, which this walk does not take).
+    bounds: list = [None] * (len(plan.stages) + 1)
+    for k, position in enumerate(plan.relu_positions):
+        bounds[position] = (intermediate.lower[k].to(torch.float64), intermediate.upper[k].to(torch.float64))
+    slopes = {position: alphas[k].to(torch.float64).clamp(0, 1) for k, position in enumerate(plan.relu_positions)
+              if alphas is not None and alphas[k] is not None}
+    layers = [torch.zeros(batch, rows, *plan.stages[p].shape, dtype=torch.float64) for p in plan.relu_positions]
+
+    def observe(position, A):
+        layers[layer_of[position]] = A
+
+    back = backsubstitute(plan, len(plan.stages), C.reshape(batch, rows, *network.output_shape), d, bounds,
+                          slopes=slopes, track_abs=False, observe=observe)
+    return ReluCoefficients(tuple(layers), back.A, back.b)
 
 
-def _dot(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Σ over the trailing dims of A (B, S, *shape) times v (B, *shape) → (B, S)."""
-    return A.reshape(A.shape[0], A.shape[1], -1).matmul(v.reshape(v.shape[0], -1, 1)).squeeze(-1)
