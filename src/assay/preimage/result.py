@@ -119,13 +119,18 @@ class PreimageResult:
             upper = torch.stack([p.upper for p in self.pieces])
             A = torch.stack([p.A for p in self.pieces])
             b = torch.stack([p.b for p in self.pieces])
-            step = max(1, _BLOCK // (len(self.pieces) * z.shape[1]))
+            # ReLU splitting's pieces all share the region's box: test it once per point, not per piece.
+            one_box = bool((lower == lower[0]).all() and (upper == upper[0]).all())
+            step = max(1, _BLOCK // (len(self.pieces) * (1 if one_box else z.shape[1])))
             has_splits = any(p.splits for p in self.pieces)
             for start in range(0, z.shape[0], step):
                 block = z[start:start + step]
-                in_box = ((block.unsqueeze(1) >= lower) & (block.unsqueeze(1) <= upper)).all(-1)  # (n, J)
+                if one_box:
+                    in_box = ((block >= lower[0]) & (block <= upper[0])).all(-1, keepdim=True).expand(-1, len(self.pieces))
+                else:
+                    in_box = ((block.unsqueeze(1) >= lower) & (block.unsqueeze(1) <= upper)).all(-1)  # (n, J)
                 if has_splits:
-                    in_box &= self._on_splits(block)
+                    in_box = in_box & self._on_splits(block)
                 point, piece = torch.nonzero(in_box, as_tuple=True)
                 if point.numel():
                     ok = satisfies(A[piece], b[piece], block[point].unsqueeze(1), inward=self.kind == "under")[:, 0]
@@ -149,11 +154,13 @@ class PreimageResult:
             for j, piece in enumerate(self.pieces):
                 for layer, neuron, sign in piece.splits:
                     signs[j, offsets[layer] + neuron] = sign
-            object.__setattr__(self, "_split_signs", ((signs > 0).float(), (signs < 0).float()))
+            # Sparse: a piece holds a few dozen splits of hundreds of neurons, and there may be
+            # tens of thousands of pieces (a dense product cost a minute per 10,000 points).
+            object.__setattr__(self, "_split_signs", ((signs > 0).float().to_sparse(), (signs < 0).float().to_sparse()))
         active, inactive = self._split_signs
         pre = torch.cat(pre_activations(self.region.network, z), 1)
-        violated = (pre < 0).float() @ active.T + (pre > 0).float() @ inactive.T
-        return violated == 0
+        violated = torch.sparse.mm(active, (pre < 0).float().T) + torch.sparse.mm(inactive, (pre > 0).float().T)
+        return (violated == 0).T
 
     def to_json(self, with_pieces: bool = True) -> dict:
         """Everything needed to check membership without assay (see the README's preimage section).
