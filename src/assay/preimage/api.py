@@ -46,6 +46,7 @@ def approximate_preimage(
     heuristic_weights: dict | str | None = None,
     pool: int | None = None,
     min_preimage_samples: int = 300,
+    resample: bool = True,
     check_samples: int = 10_000,
     rng: np.random.Generator | int | None = None,
     progress: Callable[[dict], None] | None = None,
@@ -90,6 +91,11 @@ def approximate_preimage(
             points than this, the pool grows by its first size (up to 16 times it and 2²⁴ stored
             numbers), so that a tiny preimage still has enough measuring points for the ratio's
             confidence bound to pass the threshold (33 of 33 covered only proves ≥ 0.894). 0: never.
+        resample: ReLU splitting: PREMAP's adaptive resampling of guide points — a child with
+            fewer than ``samples``/2 guide points gets fresh uniform points of its piece (rejection
+            from the box, hit-and-run below 1 % acceptance; at most 5 × ``samples`` candidates per
+            piece per split). They only steer α's objective, the split scores and the queue; the
+            volumes and their intervals still come from the measuring half of the pool alone.
         check_samples: fresh uniform samples of the whole region that test the final result
             (a contained point outside the preimage, or a preimage point outside an
             over-approximation, raises) and give an independent estimate of the ratio with an
@@ -151,7 +157,7 @@ def approximate_preimage(
         strategy = ReluPreimageRefinement(region.network, C, d, kind, lower=region.lower, upper=region.upper,
                                           pool=pool or 10 * samples, method=method, alpha_iterations=alpha_iterations,
                                           rng=torch_rng, heuristic_weights=heuristic_weights,
-                                          min_preimage=min_preimage_samples)
+                                          min_preimage=min_preimage_samples, samples=samples, resample=resample)
     pool_summary = None if branching == "input" else (strategy.measure_size, strategy.region_volume)
     history: list[tuple[float, float, int]] = []
     interrupted = threading.Event()
@@ -193,7 +199,7 @@ def approximate_preimage(
         seconds=time.monotonic() - started, history=tuple(history),
         stats={"pieces_bounded": strategy.counters.pieces, "bound_calls": strategy.counters.bound_calls,
                "samples": strategy.counters.samples, "method": method, "samples_per_piece": samples,
-               "branching": branching, **({"pool": int(strategy.z.shape[0])} if branching == "relu" else {})},
+               "branching": branching, **({"pool": strategy.pool_size, "resampled": strategy.resampled} if branching == "relu" else {})},
     )
     if check_samples:
         result = replace(result, check=_independent_check(result, check_samples, torch_rng, confidence))

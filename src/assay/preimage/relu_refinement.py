@@ -14,6 +14,14 @@ are the pool points whose activations satisfy its splits (children partition the
 so its volume is estimated as (its pool points / pool size) × region volume and every count is
 part of one multinomial sample.
 
+Adaptive resampling (PREMAP's, for the *guide* points only): a child left with fewer than n/2
+guide points (n = ``samples``) gets fresh uniform points of its piece (:mod:`assay.preimage.resample`:
+rejection from the box with the split history checked by a forward pass, hit-and-run below 1 %
+acceptance), at most ``resample_draws`` candidates per piece per split. They join the pool as guide
+points (their descendants reuse them) and only steer: the α volume objective, the split scores and
+the queue's order. The measuring half is the pool drawn at the start, untouched, so every volume
+estimate and its exact binomial interval keep their meaning.
+
 Which ReLU to split, per piece: the unstable, unsplit neuron with the best weighted score
 (``heuristic_weights``; every score is divided by its largest value over the piece's candidates
 before weighting). PREMAP2's Table I scores, with Λ_j = Σ_rows |coefficient of neuron j's input in
@@ -42,6 +50,7 @@ from assay.bounds import AlphaCrownOptions, BetaCrownOptions, compute_bounds, gr
 from assay.errors import OptionError
 from assay.nn import Network
 from assay.preimage.refinement import RefinementCounters, check_samples, satisfies, stack_samples, volume_objective
+from assay.preimage.resample import sample_piece
 from assay.verify.search import BoundedBranches, Branches, LeafDecision
 
 __all__ = ["ReluPreimageRefinement", "DEFAULT_HEURISTIC_WEIGHTS", "HEURISTIC_PRESETS", "heuristic_weights_for",
@@ -98,13 +107,16 @@ class ReluPreimageRefinement:
 
     Args as :class:`~assay.preimage.refinement.PreimageRefinement`, plus ``lower``/``upper`` (the
     region's box, (k,)), ``pool`` (uniform samples of the region), ``min_preimage`` (add measuring
-    points when the guide half holds fewer preimage points, see :meth:`_grow_measure`) and
-    ``heuristic_weights``.
+    points when the guide half holds fewer preimage points, see :meth:`_grow_measure`),
+    ``heuristic_weights``, ``samples`` (PREMAP's n; default ``pool // 10``), ``resample`` (top up
+    children's guide points below n/2, see the module docstring; default on) and ``resample_draws``
+    (candidates per piece per split at most; default 5 n).
     """
 
     def __init__(self, network: Network, C, d, kind: str, *, lower, upper, pool: int, method: str,
                  alpha_iterations: int, rng: torch.Generator, heuristic_weights: dict | str | None = None,
-                 min_preimage: int = 0):
+                 min_preimage: int = 0, samples: int | None = None, resample: bool = True,
+                 resample_draws: int | None = None):
         self.network, self.C, self.d, self.kind, self.method = network, C, d, kind, method
         self.lower, self.upper = lower, upper
         self.weights = heuristic_weights_for(heuristic_weights)
@@ -117,6 +129,15 @@ class ReluPreimageRefinement:
         self.guide = torch.arange(pool) % 2 == 0
         self._grow_measure(pool, min_preimage, rng)
         self.measure_size = int((~self.guide).sum())
+        self.pool_size = int(self.z.shape[0])
+        n = samples or max(pool // 10, 1)
+        self.resample, self.target = resample, n // 2
+        self.resample_draws = resample_draws if resample_draws is not None else 5 * n
+        self.rng, self._deadline = rng, None
+        # Fresh guide points added by resampling: the stored tensors grow with spare room; rows from
+        # self._size on are unused.
+        self._size = self.pool_size
+        self.resampled = {"pieces": 0, "points": 0, "draws": 0, "hit_and_run": 0}
         # Every ReLU's pre-activation side by side (N, total ReLUs); self.pre are views of it per layer.
         self.flat_pre = torch.cat(self.pre, 1)
         self.pre = list(torch.split(self.flat_pre, [p.shape[1] for p in self.pre], 1))
@@ -168,6 +189,7 @@ class ReluPreimageRefinement:
     def bound(self, branches: Branches, deadline, stats) -> BoundedBranches:
         """Pieces are bounded when created; here: closed are the exact ones and those with no
         unstable, unsplit ReLU left (the network is affine there: the bounds are exact)."""
+        self._deadline = deadline  # resampling in split() stops when it passes
         closed = branches.tags["exact"] | ~self._splittable(branches).any(1)
         for piece in branches.tags["id"][closed].tolist():
             self._members.pop(piece, None)
@@ -205,6 +227,8 @@ class ReluPreimageRefinement:
                 value = flat_pre[members[p], neuron]
                 child_members.append(members[p][value >= 0] if sign > 0 else members[p][value < 0])
         splits = tuple(torch.stack(c) for c in child_splits)
+        if self.resample:
+            self._top_up(splits, child_members)
         both = torch.arange(len(parents)).repeat_interleave(2)
         # The ReLU layers up to the split one keep their parents' bounds (they depend on earlier layers
         # only; the split neuron is clamped by its split): only the later ones are bounded again.
@@ -216,6 +240,46 @@ class ReluPreimageRefinement:
         ids = branches.tags["id"].tolist()
         return self._scores(branches, [self._members[piece] for piece in ids],
                             [self._coefficients.get(piece) for piece in ids])
+
+    # ------------------------------------------------------------------ adaptive resampling
+    def _top_up(self, splits, child_members: list[torch.Tensor]) -> None:
+        """Give every child with fewer than n/2 guide points fresh guide points of its piece (in place
+        in ``child_members``); the chains start at the child's guide points (never measuring ones)."""
+        flat = torch.cat([s.reshape(s.shape[0], -1) for s in splits], 1)
+        for c, members in enumerate(child_members):
+            have = members[self.guide[members]]
+            if have.numel() >= self.target:
+                continue
+            if self._deadline is not None and self._deadline.passed():
+                return
+            fresh = sample_piece(self.network, self.lower, self.upper, flat[c], self.target - have.numel(),
+                                 self.z[have], self.rng, max_draws=self.resample_draws, deadline=self._deadline)
+            self.counters.samples += fresh.draws
+            self.resampled["pieces"] += 1
+            self.resampled["draws"] += fresh.draws
+            self.resampled["hit_and_run"] += int(fresh.hit_and_run)
+            if fresh.z.shape[0]:
+                self.resampled["points"] += fresh.z.shape[0]
+                child_members[c] = torch.cat([members, self._append(fresh.z, fresh.pre)])
+
+    def _append(self, z: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
+        """Store fresh guide points (and whether they lie in the preimage); their pool indices."""
+        m, start = z.shape[0], self._size
+        end = start + m
+        if end > self.z.shape[0]:
+            pad = max(end, self.z.shape[0] * 3 // 2) - self.z.shape[0]
+            self.z = torch.cat([self.z, self.z.new_zeros(pad, self.z.shape[1])])
+            self.inside = torch.cat([self.inside, self.inside.new_zeros(pad)])
+            self.guide = torch.cat([self.guide, self.guide.new_zeros(pad)])
+            self.flat_pre = torch.cat([self.flat_pre, self.flat_pre.new_zeros(pad, self.flat_pre.shape[1])])
+            self.pre = list(torch.split(self.flat_pre, [p.shape[1] for p in self.pre], 1))
+        y = self.network.forward(z)
+        self.z[start:end] = z
+        self.flat_pre[start:end] = pre
+        self.inside[start:end] = ((y @ self.C.T + self.d) >= 0).all(1)
+        self.guide[start:end] = True
+        self._size = end
+        return torch.arange(start, end)
 
     # ------------------------------------------------------------------ pieces
     def _pieces(self, splits, members: list[torch.Tensor], parents, fixed_layers: int = 0) -> Branches:
