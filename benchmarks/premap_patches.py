@@ -64,6 +64,8 @@ def main() -> int:
     parser.add_argument("--heuristic", default="premap2",
                         help="ReLU splitting's scores: a preset of assay.preimage.relu_refinement.HEURISTIC_PRESETS")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--resample", action="store_true",
+                        help="ReLU splitting with adaptive resampling of the pieces' guide points (off by default)")
     parser.add_argument("--combine", default="",
                         help="comma-separated result names (parts run in parallel, e.g. one per model) to merge "
                              "into --name instead of running")
@@ -99,7 +101,7 @@ def main() -> int:
                 result = approximate_preimage(network, (region.lower.reshape(shape), region.upper.reshape(shape)),
                                               argmax_is(label, network.output_size), kind="under", threshold=0.9,
                                               time_limit=args.time_limit, method=args.method,
-                                              heuristic_weights=args.heuristic, rng=rng)
+                                              heuristic_weights=args.heuristic, resample=args.resample, rng=rng)
                 seconds = time.perf_counter() - started
                 points = np.repeat(image.reshape(1, -1).numpy(), CHECK, 0)
                 free = result.region.free.numpy()
@@ -114,12 +116,12 @@ def main() -> int:
                              "ratio_interval": list(result.ratio_interval), "seconds": seconds,
                              "pieces": len(result.pieces), "branching": result.stats["branching"],
                              "preimage_share": result.preimage_volume.value / result.region_volume,
-                             "violations": wrong})
+                             "violations": wrong, "resampled": result.stats.get("resampled")})
                 print(f"{model} {size}×{size} image {index:3d} at ({top},{left}): {result.status:10s} ratio {result.ratio:.3f} "
                       f"preimage {runs[-1]['preimage_share']:.3f} {len(result.pieces):5d} pieces {seconds:7.2f} s "
                       f"violations {wrong}", flush=True)
     settings = {"time_limit": args.time_limit, "method": args.method, "seed": args.seed, "instances": args.instances,
-                "heuristic": args.heuristic}
+                "heuristic": args.heuristic, "resample": args.resample}
     table = _table(runs, settings, f"load average at the end {os.getloadavg()[0]:.1f}")
     write_results(args.name, {"machine": machine(), "args": vars(args), "runs": runs}, table)
     print(table)
@@ -146,7 +148,8 @@ def _table(runs: list[dict], settings: dict, note: str) -> str:
     return (f"# Patch certification on 8×8 digits (under-approximation, target ratio 0.9, {settings['time_limit']:g} s "
             f"limit)\n\n" + markdown_table(header, rows)
             + f"\nUp to {settings['instances']} random (image, patch position) pairs per row, seed {settings['seed']}, "
-            f"method {settings['method']}, ReLU-split heuristic {settings['heuristic']}; 2 shared cores, one thread "
+            f"method {settings['method']}, ReLU-split heuristic {settings['heuristic']}, adaptive resampling "
+            f"{'on' if settings.get('resample') else 'off'}; 2 shared cores, one thread "
             f"per run; {note}.\n\n## Every instance\n\n"
             + markdown_table(["model", "patch", "image", "(top,left)", "status", "ratio", "seconds", "pieces",
                               "preimage share"], each))
