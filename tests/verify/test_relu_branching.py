@@ -104,3 +104,20 @@ def test_the_chosen_neuron_is_the_shortlisted_one_with_the_tightest_worse_child(
     child_splits, _, _ = relu_split._branch(network, strategy.C, strategy.d, domains, row_upper, "float64")
     changed = torch.cat([(c[0] != p[0]).reshape(-1) for c, p in zip(child_splits, domains.splits)]).nonzero()
     assert int(changed) == int(candidates[0, 0])
+
+
+def test_estimates_taken_in_chunks_of_domains_equal_one_pass(monkeypatch):
+    """Several domains (the root's children, bounded) give the same estimates one chunk at a time."""
+    network, query, strategy, bounded = _open_root(1)
+    children = strategy.split(bounded, ~bounded.closed)
+    bounded_children = strategy.bound(children, Deadline(), SearchStats())
+    domains = bounded_children.branches
+    row_upper = bounded_children.payload.result.upper
+    scores = relu_split._babsr_scores(network, strategy.C, list(domains.splits), domains.parents, row_upper)
+    flat = torch.cat([s.reshape(len(domains), -1) for s in scores], 1)
+    _, candidates = flat.topk(3, dim=1)
+    together = relu_split._children_estimates(network, strategy.C, strategy.d, domains, candidates, "float64")
+    monkeypatch.setattr(relu_split, "_FSB_CHUNK_ELEMENTS", 1)  # one domain per pass
+    apart = relu_split._children_estimates(network, strategy.C, strategy.d, domains, candidates, "float64")
+    assert len(domains) == 2 and apart.shape == (2, 3, 2)
+    assert torch.allclose(together, apart, rtol=1e-12, atol=1e-12)

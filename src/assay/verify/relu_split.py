@@ -214,6 +214,8 @@ def _probe(network, query, result, open_, attack: bool = False, deadline: Deadli
 
 # Filtered smart branching: the best-scoring candidates per domain whose children are bounded.
 FSB_CANDIDATES = 3
+# Elements (bounds, splits, slopes of the children) that one FSB estimate pass may copy.
+_FSB_CHUNK_ELEMENTS = 1 << 26
 
 
 def _branch(network, C, d, domains: Branches, row_upper, dtype: str):
@@ -244,8 +246,7 @@ def _branch(network, C, d, domains: Branches, row_upper, dtype: str):
         worse_child = _children_estimates(network, C, d, domains, candidates, dtype).amax(2)  # (B, k)
         worse_child = torch.where(shortlist > 0, worse_child, torch.inf)
         best = candidates.gather(1, worse_child.argmin(1, keepdim=True)).squeeze(1)
-    sizes = [s[0].numel() for s in splits]
-    offsets = torch.tensor([0] + sizes[:-1]).cumsum(0)
+    offsets = _offsets(splits)
     child_splits = [torch.cat([a, b]) for a, b in zip(_with_split(splits, offsets, best, 1),
                                                       _with_split(splits, offsets, best, -1))]
     both = torch.cat([torch.arange(count), torch.arange(count)])
@@ -268,11 +269,23 @@ def _with_split(splits, offsets, neuron, sign: int):
 
 def _children_estimates(network, C, d, domains: Branches, candidates, dtype: str) -> torch.Tensor:
     """(B, k, 2): for each domain, shortlisted neuron and child (z ≥ 0, then z ≤ 0), the child's
-    least row upper bound (lower is better: a child is refuted once some row's bound is negative)."""
+    least row upper bound (lower is better: a child is refuted once some row's bound is negative).
+
+    The 2k children of a domain carry copies of its bounds, splits and slopes: domains are taken
+    in chunks so that those copies stay within :data:`_FSB_CHUNK_ELEMENTS`.
+    """
+    count, k = candidates.shape
+    per_domain = 2 * k * (4 + C.shape[0]) * sum(s[0].numel() for s in domains.splits)
+    step = max(1, _FSB_CHUNK_ELEMENTS // per_domain)
+    return torch.cat([_children_estimates_chunk(network, C, d, domains.select(slice(start, start + step)),
+                                                candidates[start:start + step], dtype)
+                      for start in range(0, count, step)])
+
+
+def _children_estimates_chunk(network, C, d, domains: Branches, candidates, dtype: str) -> torch.Tensor:
     count, k = candidates.shape
     splits = list(domains.splits)
-    sizes = [s[0].numel() for s in splits]
-    offsets = torch.tensor([0] + sizes[:-1]).cumsum(0)
+    offsets = _offsets(splits)
     # Children ordered (candidate, sign, domain).
     parts = [_with_split(splits, offsets, candidates[:, j], sign) for j in range(k) for sign in (1, -1)]
     child_splits = [torch.cat([part[layer] for part in parts]).to(torch.int64) for layer in range(len(splits))]
@@ -285,6 +298,14 @@ def _children_estimates(network, C, d, domains: Branches, candidates, dtype: str
                             splits=child_splits, intermediate=domains.parents.select(repeat),
                             refine_intermediate=False, alphas=alphas, options=BetaCrownOptions(iterations=0))
     return result.upper.amin(1).reshape(k, 2, count).permute(2, 0, 1)
+
+
+def _offsets(splits) -> torch.Tensor:
+    """Where each ReLU layer starts in a domain's flat neuron numbering."""
+    sizes = [s[0].numel() for s in splits]
+    return torch.tensor([0] + sizes[:-1]).cumsum(0)
+
+
 def _babsr_scores(network, C, splits, intermediate, row_upper):
     """Per ReLU layer, (B, *shape) scores: > 0 only on unstable, unsplit neurons.
 
