@@ -51,7 +51,7 @@ from assay.bounds import AlphaCrownOptions, BetaCrownOptions, compute_bounds, gr
 from assay.errors import OptionError
 from assay.nn import Network
 from assay.preimage.refinement import RefinementCounters, check_samples, satisfies, stack_samples, volume_objective
-from assay.preimage.resample import sample_piece
+from assay.preimage.resample import pre_activations, sample_piece
 from assay.verify.search import BoundedBranches, Branches, LeafDecision
 
 __all__ = ["ReluPreimageRefinement", "DEFAULT_HEURISTIC_WEIGHTS", "HEURISTIC_PRESETS", "heuristic_weights_for",
@@ -96,11 +96,6 @@ def heuristic_weights_for(weights: dict | str | None) -> dict:
     if negative:
         raise OptionError(f"heuristic_weights must be ≥ 0; {negative} are not")
     return dict(DEFAULT_HEURISTIC_WEIGHTS, **{name: float(value) for name, value in weights.items()})
-
-
-def pre_activations(network: Network, z: torch.Tensor) -> list[torch.Tensor]:
-    """Every ReLU layer's inputs (flat, (N, n_l)) for points z (N, k), float64."""
-    return [p.reshape(p.shape[0], -1) for p in network.pre_activations(z.to(torch.float64))]
 
 
 class ReluPreimageRefinement:

@@ -44,9 +44,14 @@ class PieceSample:
     hit_and_run: bool
 
 
+def pre_activations(network: Network, z: torch.Tensor) -> list[torch.Tensor]:
+    """Every ReLU layer's inputs (flat, (N, n_l)) for points z (N, k), float64."""
+    return [p.reshape(p.shape[0], -1) for p in network.pre_activations(z.to(torch.float64))]
+
+
 def flat_pre_activations(network: Network, z: torch.Tensor) -> torch.Tensor:
-    """Every ReLU's pre-activation side by side, (N, total ReLUs), float64."""
-    return torch.cat([p.reshape(p.shape[0], -1) for p in network.pre_activations(z.to(torch.float64))], 1)
+    """:func:`pre_activations` side by side: (N, total ReLUs)."""
+    return torch.cat(pre_activations(network, z), 1)
 
 
 def violates(pre: torch.Tensor, split: torch.Tensor) -> torch.Tensor:
