@@ -330,11 +330,7 @@ def _crown_layer_bounds_padded(plan: Plan, position: int, bounds, deltas, center
     lower = bounds[position][0]
     input_elements = max(1, center[0].numel())
     chunk = max(1, _ROW_CHUNK_ELEMENTS // (2 * lower.shape[0] * input_elements))
-    # The rows are ±unit vectors: rounding magnitudes come from one forward pass instead of a
-    # second backward walk per row (see forward_magnitudes), unless weights are perturbed.
-    magnitude = None
-    if not deltas:
-        magnitude = forward_magnitudes(plan, position, bounds, center, radius, relax).reshape(lower.shape[0], -1)
+    magnitude = _unit_row_magnitudes(plan, position, bounds, deltas, center, radius, relax)
 
     def bound_rows(neurons, C, d):
         if magnitude is None:
@@ -362,11 +358,7 @@ def _alpha_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radiu
     slope_elements = sum(math.prod(plan.stages[p].shape) for p in plan.relu_positions if p < position)
     chunk = max(1, _ALPHA_CHUNK_ELEMENTS // (2 * lower.shape[0] * max(1, slope_elements)))
     lr = options.lr if isinstance(options, AlphaCrownOptions) else options.lr_alpha
-    # As for CROWN rows: the rounding magnitudes come from one forward pass (they hold for any
-    # slopes in [0, 1]), unless weights are perturbed.
-    magnitude = None
-    if not deltas:
-        magnitude = forward_magnitudes(plan, position, bounds, center, radius, relax).reshape(lower.shape[0], -1)
+    magnitude = _unit_row_magnitudes(plan, position, bounds, deltas, center, radius, relax)
 
     def bound_rows(neurons, C, d):
         row_magnitude = None if magnitude is None else torch.gather(magnitude, 1, neurons).repeat(1, 2)
@@ -379,6 +371,16 @@ def _alpha_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radiu
         return best.detach()
 
     return _bound_unstable_neurons(bounds[position], chunk, bound_rows)
+
+
+def _unit_row_magnitudes(plan: Plan, position: int, bounds, deltas, center, radius, relax):
+    """(B, n) per-neuron rounding magnitudes for ±unit rows on the input of ReLU stage ``position``,
+    from one forward pass (:func:`forward_magnitudes`; they hold for any lower slopes in [0, 1],
+    so for CROWN's and α's alike) instead of a second backward walk per row; None with perturbed
+    weights, whose noise terms that pass does not cover (the walk then tracks them itself)."""
+    if deltas:
+        return None
+    return forward_magnitudes(plan, position, bounds, center, radius, relax).reshape(bounds[position][0].shape[0], -1)
 
 
 def _no_linear(back: Backward, margin: torch.Tensor) -> None:
