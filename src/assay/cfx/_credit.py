@@ -2,8 +2,22 @@
 
 Both are mapped onto one coding (every categorical value an integer from 0, as in the corrected
 South German data), then encoded into 72 variables: 3 continuous (duration, amount, age; min-max
-scaled over both files), 11 ordinal features as thermometer codes (level v → v+1 leading ones) and
-6 nominal features as one-hot codes. The label is 1 for good credit.
+scaled, both files span the same ranges: 4–72, 250–18424, 19–75), 11 ordinal features as
+thermometer codes (level v → v+1 leading ones) and 6 nominal features as one-hot codes. The label
+is 1 for good credit.
+
+D2 comes in two forms (``d2_rows``):
+
+* ``"published"`` (the default): the 799 rows the published runs (robust-ce-inn,
+  ``expnns/credit.ipynb``) trained on. Their loader drops the file's header row, which leaves the
+  table indexed from 1, and its encoder appends each categorical block indexed from 0; pandas
+  aligns the blocks by index, so row k carries the continuous values and the label of file row k
+  and the categorical codes of file row k+1, and the two half-filled rows at the ends are dropped.
+  The notebook prints these rows (e.g. its first row: duration 18, amount 1049, age 21 from the
+  file's first record, purpose 0 and employment 3 from its second), and with them the printed δ
+  (0.054449288758308775) and M2 shift (1.5372448287620384) come out here to the last bit. The
+  file is sorted by label, so only one row pairs codes with the other class's label.
+* ``"file"``: the file's 800 rows as they are.
 """
 
 from __future__ import annotations
@@ -14,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from assay.cfx.features import FeatureTypes
-from assay.errors import DataError
+from assay.errors import DataError, OptionError
 
 COLUMNS = ["checking-status", "duration", "credit-history", "purpose", "amount", "savings", "employment", "rate",
            "sex-status", "guarantors", "residence", "property", "age", "installment", "housing", "num-credits", "job",
@@ -23,6 +37,7 @@ ORDINAL = {"checking-status": 4, "savings": 5, "employment": 5, "rate": 4, "guar
            "property": 4, "housing": 3, "num-credits": 4, "job": 4, "liable": 2}
 ONE_HOT = {"credit-history": 5, "purpose": 11, "sex-status": 4, "installment": 3, "phone": 2, "foreign": 2}
 CONTINUOUS = ["duration", "amount", "age"]
+D2_ROWS = ("published", "file")
 
 # The UCI codes (A11 …) of the old file, mapped to the new file's 0-based values.
 _OLD_CODES = {
@@ -108,8 +123,29 @@ def _features() -> FeatureTypes:
     return FeatureTypes(position, one_hot=one_hot, ordinal=ordinal, names=names)
 
 
-def load_credit(folder: Path):
-    """(X1, y1, X2, y2, features) for the credit experiment."""
+def continuous_positions() -> list[int]:
+    """Where the continuous variables (duration, amount, age) sit among the 72 encoded ones."""
+    positions, position = [], 0
+    for name in COLUMNS:
+        if name in CONTINUOUS:
+            positions.append(position)
+        position += ORDINAL.get(name) or ONE_HOT.get(name) or 1
+    return positions
+
+
+def published_rows(X: np.ndarray, y: np.ndarray, continuous: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The rows the published credit runs built from the encoded rows ``X, y`` (module docstring):
+    row k keeps the ``continuous`` variables and the label of row k and takes every other variable
+    from row k+1; the last row has no successor and is dropped."""
+    shifted = X[1:].copy()
+    shifted[:, continuous] = X[:-1, continuous]
+    return shifted, y[:-1].copy()
+
+
+def load_credit(folder: Path, d2_rows: str = "published"):
+    """(X1, y1, X2, y2, features) for the credit experiment; ``d2_rows`` as in the module docstring."""
+    if d2_rows not in D2_ROWS:
+        raise OptionError(f"d2_rows must be one of {', '.join(D2_ROWS)}; got {d2_rows!r}")
     old_path, new_path = folder / "old_german.data", folder / "new_train.csv"
     for path in (old_path, new_path):
         if not path.is_file():
@@ -117,6 +153,8 @@ def load_credit(folder: Path):
     raw1, y1 = _old(old_path)
     raw2, y2 = _new(new_path)
     cont = [COLUMNS.index(c) for c in CONTINUOUS]
+    # One range over both files; the published runs scale each file by its own, which is the same
+    # here (both span the same ranges), and one scaler keeps the two in one space whatever the files.
     both = np.vstack([raw1, raw2])[:, cont]
     low, high = both.min(0), both.max(0)
     span = np.where(high > low, high - low, 1.0)
@@ -126,4 +164,6 @@ def load_credit(folder: Path):
         bad = [i for i in range(len(X)) if features.violations(X[i])]
         if bad:
             raise DataError(f"{path}: row {bad[0] + 1} has a value outside its coding: {features.violations(X[bad[0]])[0]}")
+    if d2_rows == "published":
+        X2, y2 = published_rows(X2, y2, continuous_positions())
     return X1, y1, X2, y2, features

@@ -8,21 +8,27 @@ the published robust-CE experiments (robust-ce-inn, on which APΔS builds):
   250 of 500 with ``np.random.seed(4)``) and D2 is every row never drawn; sba splits by time
   (ApprovalFY < 2006 / ≥ 2006);
   credit is the UCI German credit data (D1) against the corrected South German credit data (D2),
-  20 features encoded into 72 variables (3 continuous, 11 ordinal thermometer codes, 6 one-hot);
+  20 features encoded into 72 variables (3 continuous, 11 ordinal thermometer codes, 6 one-hot),
+  D2 by default in the row form the published runs used (see :mod:`assay.cfx._credit`);
 * the base model, a one-hidden-layer scikit-learn ``MLPClassifier`` (ReLU, Adam, adaptive rate,
   ``random_state=0``), is trained on a stratified 80 % of D1 (:func:`train_model`);
 * δ is the largest ℓ∞ parameter change over 5 retrainings, each one more pass over a random
-  fraction of D2 (``np.random.seed(i)``): 25 % for diabetes and sba, 15 % for no2 (the published
-  runs' ``gap``; their notes say 10 %, their code passes these), 10 % for credit (its notebook's
-  value was not recovered); M2 is the base model after one pass over all of D2 (:func:`model_shifts`);
+  fraction of D2 (``np.random.seed(i)``): the published runs' ``gap``, 25 % for diabetes and sba,
+  15 % for no2 and 4 % for credit (their notes say 10 %, their code passes these);
+* M2, the model "after retraining", is the base model after one pass over all of D2 for diabetes,
+  no2 and sba; for credit it is the published run's ``Mmax``: the most shifted (ℓ∞) of 5 models,
+  each the base model after one pass over 99 % of D2 drawn with replacement (``np.random.seed(i)``)
+  (:func:`model_shifts`; the diabetes notebook replaces its ``Mmax`` by the one-pass model, the
+  credit notebook keeps it and prints its shift, 1.5372448287620384, reproduced here);
 * the inputs to explain are drawn (with replacement, ``np.random.seed(1)``) from the D1 rows the
-  base model classifies 0, 500 draws for diabetes and 200 for the others, and the published runs
-  then keep the first 50 whose own class is Δ-robust at δ ("sound (x, Δ) pairs";
+  base model classifies 0, 500 draws for diabetes, 2000 for credit (every rejected row is drawn
+  then, as the published code caps the draws there) and 200 for the others, and the published
+  runs then keep the first 50 whose own class is Δ-robust at δ ("sound (x, Δ) pairs";
   :func:`test_inputs` with ``sound_delta``).
 
-One deliberate difference: the published code's ``min_max_scale`` reuses the first column's range for
-every later column (its ``min_val`` is only read once), which for credit divides the amount and the
-age by the duration's range; here every continuous column is scaled by its own range.
+Every continuous column is min-max scaled by its own range, as the published runs printed them
+(their helper ``min_max_scale`` reuses the first column's range when it is called without ranges,
+but their printed credit rows show each column scaled by its own).
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from assay.cfx.features import FeatureTypes
 from assay.errors import DataError, OptionError
 
 __all__ = ["CfxDataset", "DATASETS", "load_dataset", "train_model", "model_shifts", "test_inputs", "PUBLISHED",
-           "SHIFT_FRACTION", "flat_parameters"]
+           "SHIFT_FRACTION", "M2_RETRAININGS", "flat_parameters"]
 
 DATASETS = ("diabetes", "no2", "sba", "credit")
 
@@ -61,8 +67,12 @@ _HYPER = {"diabetes": (8, 0.01, 8, 7000), "no2": (16, 0.005, 8, 2000), "sba": (1
 _SPLIT_SEED = {"diabetes": 0, "no2": 0, "sba": 5, "credit": 0}
 # the published runs' D1/D2 draw seed (diabetes, no2), retraining fraction of D2 for δ, and test-input draws
 _HALVES_SEED = {"diabetes": 1, "no2": 4}
-SHIFT_FRACTION = {"diabetes": 0.25, "no2": 0.15, "sba": 0.25, "credit": 0.10}
-_DRAWS = {"diabetes": 500, "no2": 200, "sba": 200, "credit": 200}
+# credit: ``UtilExp(..., gap=0.04, num_test_instances=2000)`` in expnns/credit.ipynb, which prints δ 0.054449288758308775
+SHIFT_FRACTION = {"diabetes": 0.25, "no2": 0.15, "sba": 0.25, "credit": 0.04}
+_DRAWS = {"diabetes": 500, "no2": 200, "sba": 200, "credit": 2000}
+# M2 as the most shifted of (models, fraction of D2) retrainings, where the published run kept that ``Mmax``;
+# the other data sets' M2 is one pass over all of D2
+M2_RETRAININGS = {"credit": (5, 0.99)}
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,8 +136,13 @@ def _random_halves(X, y, size, seed):
     return X[first], y[first], X[rest], y[rest]
 
 
-def load_dataset(name: str, data_dir) -> CfxDataset:
-    """Load one data set of Table 1 from ``data_dir`` (the shared data folder, or its ``cfx`` subfolder)."""
+def load_dataset(name: str, data_dir, d2_rows: str = "published") -> CfxDataset:
+    """Load one data set of Table 1 from ``data_dir`` (the shared data folder, or its ``cfx`` subfolder).
+
+    ``d2_rows`` (credit only): ``"published"`` gives D2 in the row form the published runs trained
+    on (799 rows whose categorical codes come from the next row of the file, see
+    :mod:`assay.cfx._credit`), ``"file"`` the file's 800 rows as they are.
+    """
     if name not in DATASETS:
         raise OptionError(f"unknown cfx data set {name!r}; the data sets are {', '.join(DATASETS)}")
     root = Path(data_dir)
@@ -165,7 +180,7 @@ def load_dataset(name: str, data_dir) -> CfxDataset:
     else:
         from assay.cfx._credit import load_credit
 
-        X1, y1, X2, y2, features = load_credit(root / "credit")
+        X1, y1, X2, y2, features = load_credit(root / "credit", d2_rows)
     return CfxDataset(name, X1, y1, X2, y2, features, hidden, lr, batch, max_iter)
 
 
@@ -190,28 +205,44 @@ def flat_parameters(model) -> np.ndarray:
     return np.concatenate([a.ravel() for a in model.coefs_] + [b.ravel() for b in model.intercepts_])
 
 
+def _retrain(dataset: CfxDataset, model, seed: int, fraction: float):
+    """The base model after one pass over ``fraction`` of D2, drawn with replacement (``np.random.seed(seed)``)."""
+    rows = np.random.RandomState(seed).choice(range(len(dataset.X2)), int(fraction * len(dataset.X2)))
+    shifted = copy.deepcopy(model)
+    shifted.partial_fit(dataset.X2[rows], dataset.y2[rows])
+    return shifted
+
+
 def model_shifts(dataset: CfxDataset, model, retrainings: int = 5, fraction: float | None = None):
     """(δ, the retrained models, M2): the published way of measuring a plausible model shift.
 
     Retraining i continues the base model for one pass over a random ``fraction`` of D2 (drawn
     with replacement, ``np.random.seed(i)``; default: the published runs' fraction for the data
     set, :data:`SHIFT_FRACTION`); δ is the largest ℓ∞ change of any weight or bias over the
-    retrainings. M2 continues the base model for one pass over all of D2.
+    retrainings. M2 continues the base model for one pass over all of D2, or, for a data set in
+    :data:`M2_RETRAININGS` (credit), is the most shifted of that many retrainings on that fraction
+    of D2 (seeds 0, 1, …; the last of equally shifted ones is kept).
     """
     fraction = SHIFT_FRACTION[dataset.name] if fraction is None else float(fraction)
     base = flat_parameters(model)
-    delta, retrained = 0.0, []
+
+    def shift(other) -> float:
+        return float(np.abs(flat_parameters(other) - base).max())
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for i in range(retrainings):
-            rows = np.random.RandomState(i).choice(range(len(dataset.X2)), int(fraction * len(dataset.X2)))
-            shifted = copy.deepcopy(model)
-            shifted.partial_fit(dataset.X2[rows], dataset.y2[rows])
-            retrained.append(shifted)
-            delta = max(delta, float(np.abs(flat_parameters(shifted) - base).max()))
-        m2 = copy.deepcopy(model)
-        m2.partial_fit(dataset.X2, dataset.y2)
-    return delta, retrained, m2
+        retrained = [_retrain(dataset, model, i, fraction) for i in range(retrainings)]
+        if dataset.name in M2_RETRAININGS:
+            count, share = M2_RETRAININGS[dataset.name]
+            m2, largest = None, -1.0
+            for i in range(count):
+                candidate = _retrain(dataset, model, i, share)
+                if shift(candidate) >= largest:  # ">=" as the published loop: the last of equal shifts
+                    m2, largest = candidate, shift(candidate)
+        else:
+            m2 = copy.deepcopy(model)
+            m2.partial_fit(dataset.X2, dataset.y2)
+    return max((shift(m) for m in retrained), default=0.0), retrained, m2
 
 
 def test_inputs(dataset: CfxDataset, model, count: int = 50, sound_delta: float | None = None,
