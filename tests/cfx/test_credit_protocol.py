@@ -80,6 +80,9 @@ def test_credit_rows_encode_as_the_published_notebook_printed_them(data_dir):
     # the file is sorted by label (600 good, then 200 bad): the labels follow the continuous values' rows
     assert y2[:600].tolist() == [1] * 600 and y2[600:].tolist() == [0] * 199
     assert all(features.violations(row) == [] for row in X2)
+    # the published counterfactual cost: a continuous value 1, a purpose bit 1/2 (11 categories), a savings bit 1/4
+    assert features.cost[continuous_positions()].tolist() == [1.0, 1.0, 1.0]
+    assert features.cost[10] == 0.5 and features.cost[22] == 0.25
     # the file's own rows: record Id 0 whole
     _, _, X2_file, y2_file, _ = load_credit(folder, d2_rows="file")
     assert X2_file.shape == (800, 72) and y2_file[0] == 1

@@ -4,7 +4,10 @@ Both are mapped onto one coding (every categorical value an integer from 0, as i
 South German data), then encoded into 72 variables: 3 continuous (duration, amount, age; min-max
 scaled, both files span the same ranges: 4–72, 250–18424, 19–75), 11 ordinal features as
 thermometer codes (level v → v+1 leading ones) and 6 nominal features as one-hot codes. The label
-is 1 for good credit.
+is 1 for good credit. The feature spec carries the published runs' counterfactual cost: their MILP
+minimises the mean over the 20 features of a per-feature change (a changed category 1, a level of an
+ordinal feature 1/(k−1), a continuous value its change; robust-ce-inn ``optsolver.py``,
+``set_objective_l1_l0``), which is :meth:`FeatureTypes.with_feature_cost` up to the factor 1/20.
 
 D2 comes in two forms (``d2_rows``):
 
@@ -120,7 +123,8 @@ def _features() -> FeatureTypes:
             one_hot.append(group)
         names.extend([name] if width == 1 else [f"{name}_{k}" for k in range(width)])
         position += width
-    return FeatureTypes(position, one_hot=one_hot, ordinal=ordinal, names=names)
+    # the published runs' counterfactual cost: each of the 20 features counts once (FeatureTypes.with_feature_cost)
+    return FeatureTypes(position, one_hot=one_hot, ordinal=ordinal, names=names).with_feature_cost()
 
 
 def continuous_positions() -> list[int]:

@@ -9,7 +9,8 @@ the published robust-CE experiments (robust-ce-inn, on which APΔS builds):
   (ApprovalFY < 2006 / ≥ 2006);
   credit is the UCI German credit data (D1) against the corrected South German credit data (D2),
   20 features encoded into 72 variables (3 continuous, 11 ordinal thermometer codes, 6 one-hot),
-  D2 by default in the row form the published runs used (see :mod:`assay.cfx._credit`);
+  D2 by default in the row form the published runs used, and a feature spec whose ℓ1 cost counts
+  each of the 20 features once, as the published MILP's objective (see :mod:`assay.cfx._credit`);
 * the base model, a one-hidden-layer scikit-learn ``MLPClassifier`` (ReLU, Adam, adaptive rate,
   ``random_state=0``), is trained on a stratified 80 % of D1 (:func:`train_model`);
 * δ is the largest ℓ∞ parameter change over 5 retrainings, each one more pass over a random

@@ -12,9 +12,11 @@ A counterfactual is searched in the model's *encoded* input space (what the netw
   increase), as in the published robust-CE experiments;
 * **immutable** variables (or groups) keep the value of the input being explained.
 
-Every encoded variable not in a group is continuous. A spec can be read from JSON
-(:meth:`FeatureTypes.from_json`), e.g. ``{"size": 7, "one_hot": [[3, 4, 5]], "ordinal": [],
-"immutable": [0], "lower": [...], "upper": [...], "names": [...]}``.
+Every encoded variable not in a group is continuous. The ℓ1 distance of a counterfactual may weigh
+the variables (``cost``): the published robust-CE runs count each original feature once, a changed
+category 1, a thermometer level 1/(k−1), a continuous value its change (:meth:`FeatureTypes.with_feature_cost`).
+A spec can be read from JSON (:meth:`FeatureTypes.from_json`), e.g. ``{"size": 7, "one_hot": [[3, 4,
+5]], "ordinal": [], "immutable": [0], "lower": [...], "upper": [...], "names": [...], "cost": [...]}``.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ class FeatureTypes:
         lower, upper: bounds of every variable (binary variables are always within [0, 1]);
             default 0 and 1 (min-max scaled data).
         names: optional names of the variables, for messages and printing.
+        cost: per-variable weights of the ℓ1 distance, ``Σ_i cost_i·|x′_i − x_i|`` (positive, finite;
+            default 1 each: the plain ℓ1). The ℓ∞ distance ignores them.
     """
 
     size: int
@@ -68,6 +72,7 @@ class FeatureTypes:
     lower: np.ndarray | None = None
     upper: np.ndarray | None = None
     names: tuple[str, ...] | None = None
+    cost: np.ndarray | None = None
     _group_of: dict = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -109,6 +114,13 @@ class FeatureTypes:
         names = None if self.names is None else tuple(str(n) for n in self.names)
         if names is not None and len(names) != size:
             raise SpecError(f"FeatureTypes.names needs {size} names; got {len(names)}")
+        cost = np.ones(size) if self.cost is None else np.asarray(self.cost, dtype=np.float64).reshape(-1)
+        if cost.shape != (size,):
+            raise SpecError(f"FeatureTypes.cost needs {size} values (one weight per encoded variable); got {cost.shape[0]}")
+        if not (np.isfinite(cost).all() and (cost > 0).all()):
+            i = int(np.flatnonzero(~(np.isfinite(cost) & (cost > 0)))[0])
+            raise SpecError(f"FeatureTypes.cost must be positive and finite (a weight of the ℓ1 distance); "
+                            f"variable {i} has {cost[i]}")
         object.__setattr__(self, "size", size)
         object.__setattr__(self, "one_hot", one_hot)
         object.__setattr__(self, "ordinal", ordinal)
@@ -116,6 +128,7 @@ class FeatureTypes:
         object.__setattr__(self, "lower", lower)
         object.__setattr__(self, "upper", upper)
         object.__setattr__(self, "names", names)
+        object.__setattr__(self, "cost", cost)
         object.__setattr__(self, "_group_of", group_of)
 
     # ------------------------------------------------------------------ construction
@@ -139,10 +152,10 @@ class FeatureTypes:
                 raise SpecError(f"{where}: not valid JSON ({exc}); see the README's cfx section for the format") from None
         if not isinstance(source, dict) or "size" not in source:
             raise SpecError(f"{where}: a feature spec is a JSON object with at least 'size' (the number of encoded variables)")
-        unknown = set(source) - {"size", "one_hot", "ordinal", "immutable", "lower", "upper", "names"}
+        unknown = set(source) - {"size", "one_hot", "ordinal", "immutable", "lower", "upper", "names", "cost"}
         if unknown:
             raise SpecError(f"{where}: unknown keys {sorted(unknown)}; the keys are size, one_hot, ordinal, immutable, "
-                            "lower, upper, names")
+                            "lower, upper, names, cost")
         try:
             return cls(**source)
         except SpecError as exc:
@@ -152,8 +165,21 @@ class FeatureTypes:
         return {
             "size": self.size, "one_hot": [list(g) for g in self.one_hot], "ordinal": [list(g) for g in self.ordinal],
             "immutable": list(self.immutable), "lower": self.lower.tolist(), "upper": self.upper.tolist(),
-            "names": None if self.names is None else list(self.names),
+            "names": None if self.names is None else list(self.names), "cost": self.cost.tolist(),
         }
+
+    def with_feature_cost(self) -> FeatureTypes:
+        """This spec with the published robust-CE runs' ℓ1 cost: each original feature counts the same,
+        a continuous variable its change, a one-hot group 1 when the category changes (1/2 per bit,
+        two bits flip), a k-level thermometer code 1/(k−1) per level moved (per bit). Their MILP
+        minimises this sum over the features (robust-ce-inn, ``OptSolver.set_objective_l1_l0``)."""
+        cost = np.ones(self.size)
+        for group in self.one_hot:
+            cost[list(group)] = 0.5
+        for group in self.ordinal:
+            cost[list(group)] = 1.0 / (len(group) - 1)
+        return FeatureTypes(self.size, self.one_hot, self.ordinal, self.immutable, self.lower, self.upper, self.names,
+                            cost)
 
     # ------------------------------------------------------------------ facts
     @property
@@ -162,6 +188,11 @@ class FeatureTypes:
 
     def is_binary(self, i: int) -> bool:
         return i in self._group_of
+
+    @property
+    def weighted(self) -> bool:
+        """Whether ``cost`` weighs the ℓ1 distance unevenly (the searches' ℓ1-ball speed-ups then step aside)."""
+        return bool((self.cost != 1.0).any())
 
     def frozen_variables(self) -> np.ndarray:
         """Indices of the variables that must keep the explained input's value (immutables, whole groups)."""
@@ -229,6 +260,6 @@ class FeatureTypes:
         return x
 
     def distance(self, x, x_prime, norm: str = "l1") -> float:
-        """‖x′ − x‖ over the encoded variables (``"l1"`` or ``"linf"``)."""
+        """‖x′ − x‖ over the encoded variables: ``"l1"`` weighted by ``cost``, or ``"linf"``."""
         diff = np.abs(np.asarray(x_prime, float).reshape(-1) - np.asarray(x, float).reshape(-1))
-        return float(diff.sum() if norm == "l1" else diff.max(initial=0.0))
+        return float((self.cost * diff).sum() if norm == "l1" else diff.max(initial=0.0))

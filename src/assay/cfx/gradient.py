@@ -1,6 +1,6 @@
 """A fast counterfactual search by projected gradient descent (for networks too large for the MILP).
 
-Minimises ``‖x′ − x‖₁ (or ∞) + λ · Σ_s max(0, margin − (C f(x′))_s)`` with Adam over the mutable
+Minimises ``‖x′ − x‖₁ (weighted by the spec's cost; or ∞) + λ · Σ_s max(0, margin − (C f(x′))_s)`` with Adam over the mutable
 variables, clipped into their bounds after every step (one-hot and thermometer groups are relaxed to
 [0, 1] and rounded onto their code at the end). λ doubles until the rounded point is valid. The point
 is only a candidate: :func:`assay.cfx.counterfactual` re-checks it with a forward pass, and claims no
@@ -30,6 +30,7 @@ def gradient_counterfactual(network, x: np.ndarray, C: np.ndarray, features: Fea
     lower, upper = torch.tensor(features.lower), torch.tensor(features.upper)
     free = torch.as_tensor(~frozen)
     rows = torch.as_tensor(C)
+    cost_weights = torch.as_tensor(features.cost)
     weight = 1.0
     start = x0 + torch.as_tensor(rng.normal(0.0, 1e-3, size=x.shape)) * free
     for _ in range(rounds):
@@ -38,7 +39,7 @@ def gradient_counterfactual(network, x: np.ndarray, C: np.ndarray, features: Fea
         first, second = torch.zeros_like(point), torch.zeros_like(point)
         for step in range(1, steps + 1):
             change = (point - x0) * free
-            cost = change.abs().sum() if distance == "l1" else change.abs().max()
+            cost = (cost_weights * change.abs()).sum() if distance == "l1" else change.abs().max()
             hinge = torch.relu(required - model(point.unsqueeze(0))[0] @ rows.T).sum()
             (gradient,) = torch.autograd.grad(cost + weight * hinge, point)
             with torch.no_grad():

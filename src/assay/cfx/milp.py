@@ -144,7 +144,8 @@ def counterfactual(
             e.g. the previous candidate of Algorithm 2; only used to speed up the solve (``tighten``).
         tighten: first look for a valid point cheaply (:mod:`assay.cfx._incumbent`) and restrict the
             MILP to the ball around ``x`` it proves the nearest point lies in, with tighter big-M
-            constants (default True; the optimum is the same, False solves the plain MILP).
+            constants (default True; the optimum is the same, False solves the plain MILP). Not
+            applied when ``features.cost`` weighs the ℓ1 distance (the ball is the plain norm's).
 
     Returns:
         a :class:`Counterfactual`; infeasible requests get ``status="infeasible"`` with a message
@@ -183,13 +184,13 @@ def counterfactual(
             bounds_cache[key] = pre_bounds
 
     cap = _distance_cap(network, affine, C, x, start, features, frozen, lower, upper, required, distance,
-                        bounds_method) if tighten else None
+                        bounds_method) if tighten and not features.weighted else None
     solution, xs, binary = _solve(affine, C, x, features, lower, upper, pre_bounds, required, distance, time_limit,
                                   cap)
     if cap is not None and solution.status == "infeasible":  # cannot be (the cap holds a valid point): be safe
         solution, xs, binary = _solve(affine, C, x, features, lower, upper, pre_bounds, required, distance,
                                       time_limit, None)
-    constant = float(x[binary].sum()) if distance == "l1" else 0.0
+    constant = objective_constant(features, x, binary, distance)
     if solution.x is None:
         if solution.status == "infeasible":
             message = _infeasible_message(features, frozen, target, required)
@@ -215,7 +216,7 @@ def _solve(affine, C, x, features, lower, upper, pre_bounds, required, distance,
     xs, binary = input_variables(builder, features, x, lower, upper, distance)
     if cap is not None:
         objective = {i: c for i, c in enumerate(builder.cost) if c != 0.0}
-        constant = float(x[binary].sum()) if distance == "l1" else 0.0
+        constant = objective_constant(features, x, binary, distance)
         builder.row(objective, -np.inf, radius - constant)
     previous = xs
     for k, (W, b) in enumerate(affine[:-1]):
@@ -295,18 +296,25 @@ def input_variables(builder: MilpBuilder, features: FeatureTypes, x, lower, uppe
         builder.row({int(xs[group[0]]): 1.0}, 1.0, 1.0)
         for a, b in zip(group, group[1:]):
             builder.row({int(xs[a]): 1.0, int(xs[b]): -1.0}, 0.0, np.inf)
-    _distance_objective(builder, xs, x, binary, distance)
+    _distance_objective(builder, xs, x, binary, distance, features.cost)
     return xs, binary
 
 
-def _distance_objective(builder: MilpBuilder, xs, x, binary, distance):
-    """l1: Σ t_i with t_i ≥ |x′_i − x_i| (continuous) and the linear |bit − bit₀| for bits; linf: one s ≥ every |x′_i − x_i|."""
+def objective_constant(features: FeatureTypes, x, binary, distance: str) -> float:
+    """What the MILP objective of :func:`input_variables` leaves out of the distance: for ℓ1, the
+    bits at 1 contribute ``cost_i·(1 − bit)``, whose constant part is Σ cost_i over them."""
+    return float((features.cost * x)[binary].sum()) if distance == "l1" else 0.0
+
+
+def _distance_objective(builder: MilpBuilder, xs, x, binary, distance, cost):
+    """l1: Σ cost_i·t_i with t_i ≥ |x′_i − x_i| (continuous) and the linear cost_i·|bit − bit₀| for
+    bits; linf: one s ≥ every |x′_i − x_i|."""
     if distance == "l1":
         for i in range(len(xs)):
             if binary[i]:
-                builder.cost[int(xs[i])] = -1.0 if x[i] > 0.5 else 1.0
+                builder.cost[int(xs[i])] = -float(cost[i]) if x[i] > 0.5 else float(cost[i])
             else:
-                t = int(builder.add(1, 0.0, np.inf, cost=1.0)[0])
+                t = int(builder.add(1, 0.0, np.inf, cost=float(cost[i]))[0])
                 builder.row({t: 1.0, int(xs[i]): -1.0}, -x[i], np.inf)
                 builder.row({t: 1.0, int(xs[i]): 1.0}, x[i], np.inf)
     else:

@@ -36,7 +36,7 @@ from assay.cfx._incumbent import CAP_SLACK, ball_range, greedy_point
 from assay.cfx._model import MilpBuilder, check_mlp, relu_rows, target_rows
 from assay.cfx.features import FeatureTypes
 from assay.cfx.generate import RobustCounterfactual
-from assay.cfx.milp import MIN_MARGIN, Counterfactual, default_target, input_variables
+from assay.cfx.milp import MIN_MARGIN, Counterfactual, default_target, input_variables, objective_constant
 from assay.cfx.robustness import delta_robust, layer_deltas
 from assay.errors import DataError, UnsupportedError
 
@@ -84,7 +84,7 @@ def nearest_robust_counterfactual(
     C = target_rows(network, target)
     required = max(float(margin), MIN_MARGIN)
     solution, xs, binary, frozen = _solve(network, x, deltas, features, target, distance, required, time_limit)
-    constant = float(x[binary].sum()) if distance == "l1" else 0.0
+    constant = objective_constant(features, x, binary, distance)
 
     def result(cf: Counterfactual, robust: bool, guarantee: str) -> RobustCounterfactual:
         return RobustCounterfactual(cf, robust, "exact", deltas, float(margin), 1, 1.0 if robust else 0.0, guarantee,
@@ -146,7 +146,7 @@ def _solve(network, x, deltas, features, target, distance, required, time_limit,
     spread = d2 * np.abs(C).sum(1)
     a = C @ W2 - spread[:, None]
     radius = None
-    if tighten:
+    if tighten and not features.weighted:  # the ball below is the plain norm's
         radius = _robust_cap(x, W1, b1, d1, a, C @ b2 - spread, features, frozen, lower, upper, required, distance)
     builder = MilpBuilder()
     box_lower, box_upper = lower, upper
@@ -155,7 +155,7 @@ def _solve(network, x, deltas, features, target, distance, required, time_limit,
     xs, binary = input_variables(builder, features, x, box_lower, box_upper, distance)
     if radius is not None:
         objective = {i: c for i, c in enumerate(builder.cost) if c != 0.0}
-        builder.row(objective, -np.inf, radius - (float(x[binary].sum()) if distance == "l1" else 0.0))
+        builder.row(objective, -np.inf, radius - objective_constant(features, x, binary, distance))
     ends = {}
     for name, sign, needed in (("low", -1.0, (a >= 0).any(0)), ("high", 1.0, (a < 0).any(0))):
         coef, const = W1 + sign * d1, b1 + sign * d1
@@ -217,7 +217,7 @@ def robust_distance_bound(network, x, deltas, features: FeatureTypes, target: in
     may still be finite after a timeout). Raises :class:`UnsupportedError` where the robust MILP
     does not apply (not one hidden layer, negative feature bounds)."""
     solution, xs, binary, frozen = _solve(network, x, deltas, features, target, distance, 0.0, time_limit)
-    constant = float(x[binary].sum()) if distance == "l1" else 0.0
+    constant = objective_constant(features, x, binary, distance)
     if solution.status == "infeasible":
         return np.inf, None
     point = None
