@@ -9,6 +9,10 @@ MLP, draw the 50 rejected inputs, and explain each with
 * **APΔS** — Algorithm 2 with the APΔS test (R = 0.995, α = 0.999, n = 1379);
 * **robust MILP (direct)** — :func:`assay.cfx.nearest_robust_counterfactual`: the nearest Δ-robust
   counterfactual in one MILP (every model here has one hidden layer), proven like MILP-R's;
+* credit's counterfactuals minimise the published runs' cost (each of the 20 features counts once,
+  :meth:`assay.cfx.FeatureTypes.with_feature_cost`); MILP-R and APΔS again with the **plain ℓ1 cost**
+  over the 72 encoded variables, the cost the table reports (the other data sets are all continuous:
+  the two costs coincide);
 * the APΔS and direct rows again at **δ measured** by the protocol on this base model (5
   retrainings), since our models are not the published ones;
 * **DiCE** (``dice-ml``, random method) — the widely used non-robust baseline, when ``dice_ml`` is
@@ -39,6 +43,7 @@ import statistics
 import sys
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -199,6 +204,13 @@ def run_dataset(name, inputs, skip_dice, root, paper_steps=True):
     direct, seconds = timed(lambda i, x: nearest_robust_counterfactual(network, x, delta, features=features, target=1))
     rows.append(_metrics(name, "robust MILP (direct)", xs, [r.x_cf if r.robust else None for r in direct], seconds,
                          **common))
+    if features.weighted:  # the published per-feature cost above; here the plain ℓ1 (the reported cost) instead
+        plain = replace(features, cost=None)
+        for method, test, seeds in (("MILP-R", "exact", 0), ("APΔS", "apas", 1000)):
+            runs, seconds = timed(lambda i, x, test=test, seeds=seeds: robust_counterfactual(
+                network, x, delta, test=test, features=plain, target=1, rng=np.random.default_rng(seeds + i)))
+            rows.append(dict(_metrics(name, f"{method} (plain ℓ1 cost)", xs, [r.x_cf if r.robust else None for r in runs],
+                                      seconds, **common), cpu_total=cpu["last"], **_search_counts(runs)))
     # The protocol's own δ (5 retrainings of this base model) instead of the published one.
     measured = dict(common, delta=delta_ours)
     milp_own, seconds = timed(lambda i, x: robust_counterfactual(network, x, delta_ours, features=features, target=1))
