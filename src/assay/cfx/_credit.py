@@ -11,7 +11,8 @@ ordinal feature 1/(k−1), a continuous value its change; robust-ce-inn ``optsol
 
 D2 comes in two forms (``d2_rows``):
 
-* ``"published"`` (the default): the 799 rows the published runs (robust-ce-inn,
+* ``"file"`` (the default): the file's 800 rows as they are.
+* ``"published"``: the 799 rows the published runs (robust-ce-inn,
   ``expnns/credit.ipynb``) trained on. Their loader drops the file's header row, which leaves the
   table indexed from 1, and its encoder appends each categorical block indexed from 0; pandas
   aligns the blocks by index, so row k carries the continuous values and the label of file row k
@@ -19,8 +20,8 @@ D2 comes in two forms (``d2_rows``):
   The notebook prints these rows (e.g. its first row: duration 18, amount 1049, age 21 from the
   file's first record, purpose 0 and employment 3 from its second), and with them the printed δ
   (0.054449288758308775) and M2 shift (1.5372448287620384) come out here to the last bit. The
-  file is sorted by label, so only one row pairs codes with the other class's label.
-* ``"file"``: the file's 800 rows as they are.
+  file is sorted by label, so only one row pairs codes with the other class's label. Only for
+  reproducing the published figures (``benchmarks/cfx.py``): these rows mix two applicants each.
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def published_rows(X: np.ndarray, y: np.ndarray, continuous: list[int]) -> tuple
     return shifted, y[:-1].copy()
 
 
-def load_credit(folder: Path, d2_rows: str = "published"):
+def load_credit(folder: Path, d2_rows: str = "file"):
     """(X1, y1, X2, y2, features) for the credit experiment; ``d2_rows`` as in the module docstring."""
     if d2_rows not in D2_ROWS:
         raise OptionError(f"d2_rows must be one of {', '.join(D2_ROWS)}; got {d2_rows!r}")
