@@ -264,28 +264,90 @@ def test_warm_started_alphas_stay_sound(network, seed):
     assert all((a is None) == (b is None) for a, b in zip(again.alphas, first.alphas))
 
 
-@FAST
-@given(network=networks, seed=st.integers(0, 2**32 - 1))
-def test_forward_magnitudes_cover_the_tracked_rounding_magnitudes(network, seed):
-    """forward_magnitudes' claim, checked against the magnitudes backsubstitute tracks row by row:
-    A_abs·(|c| + r) + b_abs ≤ |C|·M + |d| for unit rows at every ReLU input and at the output."""
-    from assay.bounds.crown import backsubstitute, forward_magnitudes
-    from assay.bounds.ibp import center_radius, interval_pass
-    from assay.bounds.plan import plan_for
+def _stably_active_chain(rng, widths, residual: bool, biases: bool = True):
+    """A dense network whose ReLUs are all active on [0, 1]^n (positive weights into the hidden
+    layers, large biases or none), so CROWN is exact on it and rounding is the only gap;
+    ``residual`` adds a skip connection. Weights are float32 numbers (as ONNX models carry them)."""
+    from assay.nn import Add, Linear, Network, ReLU
 
-    rng = np.random.default_rng(seed)
-    lower, upper = random_boxes(network, rng, batch=2, max_width=2.0)
-    plan = plan_for(network, torch.float64)
-    bounds = interval_pass(plan, lower, upper)
-    center, radius = center_radius(lower, upper)
-    for target in [*plan.relu_positions, len(plan.stages)]:
-        shape = bounds[target][0].shape[1:]
-        size = int(np.prod(shape))
-        C = torch.eye(size, dtype=torch.float64).reshape(1, size, *shape).expand(2, size, *shape)
-        d = torch.zeros(2, size, dtype=torch.float64)
-        tracked = backsubstitute(plan, target, C, d, bounds)
-        flat = lambda t: t.reshape(t.shape[0], t.shape[1], -1)  # noqa: E731
-        magnitude = (flat(tracked.A_abs) * (center.abs() + radius).reshape(2, 1, -1)).sum(-1) + tracked.b_abs
-        assert (magnitude <= forward_magnitudes(plan, target, bounds, center, radius).reshape(2, -1)).all()
-        plain = backsubstitute(plan, target, C, d, bounds, track_abs=False)
-        assert torch.equal(plain.A, tracked.A) and torch.equal(plain.b, tracked.b)
+    def f32(*shape, scale):
+        return torch.as_tensor(rng.uniform(0.0, scale, size=shape).astype(np.float32), dtype=torch.float64)
+
+    layers, sources = [], []
+    for i, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:])):
+        last = i == len(widths) - 2
+        weight = f32(fan_out, fan_in, scale=2.0 / fan_in) if not last else \
+            torch.as_tensor(rng.normal(0.0, 1.0, size=(fan_out, fan_in)).astype(np.float32), dtype=torch.float64)
+        bias = f32(fan_out, scale=1.0) + 1.0 if biases else torch.zeros(fan_out, dtype=torch.float64)
+        layers.append(Linear(weight, bias))
+        sources.append((len(layers) - 1,))
+        if not last:
+            layers.append(ReLU())
+            sources.append((len(layers) - 1,))
+    if residual:  # h2 + h1 before the last Linear (both of width widths[1])
+        assert widths[1] == widths[2]
+        layers.insert(4, Add())
+        sources = [(0,), (1,), (2,), (3,), (4, 2)] + [(k,) for k in range(5, len(layers))]
+    return Network(tuple(layers), (widths[0],), sources=tuple(sources))
+
+
+def _exact_affine_minimum(network, C, lower, upper):
+    """min over the box of C·f(x) for a network that is affine on it (every ReLU active), in
+    float64 from the composed map (its rounding is ~1e-16 relative: negligible next to float32's)."""
+    x0 = torch.zeros(1, network.input_size, dtype=torch.float64)
+    eye = torch.eye(network.input_size, dtype=torch.float64)
+    bias = network.forward(x0)  # f(0)
+    jacobian = network.forward(eye) - bias  # row j: f(e_j) − f(0)
+    A = C @ jacobian.T  # (S, n)
+    center, radius = (lower + upper) / 2, (upper - lower) / 2
+    return (A @ center) - (A.abs() @ radius) + C @ bias[0]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("residual", [False, True])
+def test_crown_bound_on_an_affine_network_is_below_the_exact_minimum_and_close_to_it(dtype, residual):
+    """Where CROWN is exact (every ReLU stable), its bound differs from the true minimum by
+    rounding only: the margin must keep it below (a missing rounding term shows in float32, whose
+    errors are ~1e-7 relative on wide layers), and stay small (a margin that grows with products
+    of absolute weights is ~10^4 times the bound on deep networks)."""
+    rng = np.random.default_rng(0)
+    widths = [64, 300, 300, 300, 300, 20] if residual else [64, 300, 300, 300, 300, 300, 20]
+    network = _stably_active_chain(rng, widths, residual)
+    lower = torch.zeros(1, 64, dtype=torch.float64)
+    upper = torch.ones(1, 64, dtype=torch.float64)
+    C = torch.as_tensor(rng.normal(size=(40, 20)), dtype=torch.float64).to(torch.float32).to(torch.float64)
+    result = compute_bounds(network, (lower, upper), method="crown", spec=C, dtype=dtype)
+    assert all(bool((l >= 0).all()) for l in result.intermediate.lower), "the network must be affine on the box"
+    exact = _exact_affine_minimum(network, C, lower[0], upper[0])
+    scale = exact.abs().max()
+    assert (result.lower[0] <= exact).all(), "a bound lies above the exact minimum: a rounding term is missing"
+    assert ((exact - result.lower[0]) <= (1e-2 if dtype == "float32" else 1e-10) * scale).all()
+    assert (result.upper[0] >= -_exact_affine_minimum(network, -C, lower[0], upper[0])).all()
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_walk_rounding_terms_cover_the_float32_walks_deviation(residual):
+    """The walk's own rounding terms (``error`` and γ_b·``b_abs``, without the final evaluation's)
+    cover how far the float32 linear bound can lie above the float64 one anywhere on the box,
+    on a network where both walks use the same exact relaxations (every ReLU active). Without
+    biases the offset owes nothing, so the coefficients' terms alone must cover the deviation."""
+    from assay.bounds.crown import backsubstitute
+    from assay.bounds.ibp import interval_pass
+    from assay.bounds.plan import gamma, plan_for
+
+    rng = np.random.default_rng(1)
+    widths = [64, 300, 300, 300, 300, 20] if residual else [64, 300, 300, 300, 300, 300, 20]
+    network = _stably_active_chain(rng, widths, residual, biases=False)
+    C = torch.as_tensor(rng.normal(size=(1, 40, 20)).astype(np.float32), dtype=torch.float64)
+    walks = {}
+    for dtype in (torch.float32, torch.float64):
+        plan = plan_for(network, dtype)
+        # x ≥ 0.5: every pre-activation is clearly positive, so no rounding makes a neuron unstable
+        bounds = interval_pass(plan, torch.full((1, 64), 0.5, dtype=dtype), torch.ones(1, 64, dtype=dtype))
+        walks[dtype] = plan, backsubstitute(plan, len(plan.stages), C.to(dtype), torch.zeros(1, 40, dtype=dtype), bounds)
+    plan32, low32 = walks[torch.float32]
+    _, low64 = walks[torch.float64]
+    gap = low32.A.double() - low64.A  # (1, S, 64), over x in [0.5, 1]
+    deviation = torch.maximum(gap * 0.5, gap).sum(-1) + (low32.b.double() - low64.b)
+    owed = low32.error.double() + gamma(plan32.sum_terms, torch.float32) * low32.b_abs.double()
+    assert (deviation > 0).any(), "the walks must differ, or the test proves nothing"
+    assert (deviation <= owed).all()

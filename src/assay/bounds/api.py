@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import torch
 
 from assay._validate import check_choice
-from assay.bounds.crown import Backward, backsubstitute, concretize, forward_magnitudes
+from assay.bounds.crown import Backward, backsubstitute, concretize, rounding_scales
 from assay.bounds.forward import MAX_FORWARD_INPUTS, forward_bounds
 from assay.bounds.ibp import center_radius, interval_pass
 from assay.bounds.methods import METHODS, bound_method
@@ -251,7 +251,7 @@ def compute_bounds(
             if rows_upper is not None:
                 result_upper = torch.minimum(-best[:, n_lower:].detach(), ibp_hi)
         if return_linear:
-            linear = to_linear(Backward(back.A.detach(), back.b.detach(), back.A_abs, back.b_abs), margin.detach())
+            linear = to_linear(Backward(back.A.detach(), back.b.detach(), back.error, back.b_abs), margin.detach())
 
     if infeasible.any():
         result_lower = torch.where(infeasible.unsqueeze(1), torch.inf, result_lower)
@@ -330,15 +330,11 @@ def _crown_layer_bounds_padded(plan: Plan, position: int, bounds, deltas, center
     lower = bounds[position][0]
     input_elements = max(1, center[0].numel())
     chunk = max(1, _ROW_CHUNK_ELEMENTS // (2 * lower.shape[0] * input_elements))
-    magnitude = _unit_row_magnitudes(plan, position, bounds, deltas, center, radius, relax)
+    scales = rounding_scales(plan, position, bounds)
 
     def bound_rows(neurons, C, d):
-        if magnitude is None:
-            back = backsubstitute(plan, position, C, d, bounds, deltas, relax=relax)
-            return concretize(plan, back, center, radius)[0]
-        back = backsubstitute(plan, position, C, d, bounds, relax=relax, track_abs=False)
-        row_magnitude = torch.gather(magnitude, 1, neurons).repeat(1, 2)
-        return concretize(plan, back, center, radius, row_magnitude)[0]
+        back = backsubstitute(plan, position, C, d, bounds, deltas, relax=relax, scales=scales)
+        return concretize(plan, back, center, radius)[0]
 
     return _bound_unstable_neurons(bounds[position], chunk, bound_rows, only)
 
@@ -358,29 +354,17 @@ def _alpha_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radiu
     slope_elements = sum(math.prod(plan.stages[p].shape) for p in plan.relu_positions if p < position)
     chunk = max(1, _ALPHA_CHUNK_ELEMENTS // (2 * lower.shape[0] * max(1, slope_elements)))
     lr = options.lr if isinstance(options, AlphaCrownOptions) else options.lr_alpha
-    magnitude = _unit_row_magnitudes(plan, position, bounds, deltas, center, radius, relax)
 
     def bound_rows(neurons, C, d):
-        row_magnitude = None if magnitude is None else torch.gather(magnitude, 1, neurons).repeat(1, 2)
         with torch.enable_grad():  # compute_bounds walks the layers under no_grad
             best, *_ = optimize_bounds(
                 plan, C, d, bounds, center, radius, deltas=deltas, split_signs=None, iterations=options.iterations,
                 lr_alpha=lr, lr_beta=0.0, lr_decay=options.lr_decay, objective=None, to_linear=_no_linear,
-                deadline=deadline, relax=relax, target=position, row_magnitude=row_magnitude,
+                deadline=deadline, relax=relax, target=position,
             )
         return best.detach()
 
     return _bound_unstable_neurons(bounds[position], chunk, bound_rows)
-
-
-def _unit_row_magnitudes(plan: Plan, position: int, bounds, deltas, center, radius, relax):
-    """(B, n) per-neuron rounding magnitudes for ±unit rows on the input of ReLU stage ``position``,
-    from one forward pass (:func:`forward_magnitudes`; they hold for any lower slopes in [0, 1],
-    so for CROWN's and α's alike) instead of a second backward walk per row; None with perturbed
-    weights, whose noise terms that pass does not cover (the walk then tracks them itself)."""
-    if deltas:
-        return None
-    return forward_magnitudes(plan, position, bounds, center, radius, relax).reshape(bounds[position][0].shape[0], -1)
 
 
 def _no_linear(back: Backward, margin: torch.Tensor) -> None:

@@ -13,9 +13,15 @@ Upper bounds are lower bounds of the negated rows. Over a graph, the coefficient
 tensor from several consumers (a residual connection) are summed before that tensor's own
 stage is crossed, so every stage is crossed once.
 
-Rounding: next to ``A`` the walk carries ``A_abs`` ≥ |A| computed with absolute weights, and
-``b_abs`` ≥ the magnitude of every term added into ``b``. :func:`concretize` subtracts
-γ·(A_abs·|x| + b_abs), which bounds the floating-point error of the whole chain.
+Rounding is charged where it happens, never through products of absolute weights (those grow
+geometrically with depth and, in float32, swamp the bound). Crossing an affine stage computes
+P = A·W with |P − A·W| ≤ γ_fan·|A|·|W| elementwise; the stage's input z lies within the
+magnitude m_z = max(|l_z|, |u_z|) of its sound bounds, so using P instead of A·W moves the
+bound by at most γ_fan·|A|·(|W|·m_z). A ReLU's slope product (and a split multiplier's sum)
+rounds each coefficient by at most u of itself, which moves the bound by at most 2u·|A'|·m_y.
+These terms add up in ``Backward.error``; the magnitudes of the terms added into ``b`` add up
+in ``b_abs``. :func:`concretize` subtracts error + γ_b·b_abs + γ_n·(|A|·(|c| + r) + |b|), so
+the bound holds for the exact network whatever the dtype.
 """
 
 from __future__ import annotations
@@ -25,24 +31,48 @@ from dataclasses import dataclass
 import torch
 
 from assay.bounds.ibp import perturbation_radius
-from assay.bounds.plan import AddStage, Plan, ReluStage, accumulate, rounding_factor
+from assay.bounds.plan import AddStage, AffineStage, Plan, ReluStage, accumulate, gamma, unit_roundoff
 from assay.bounds.relaxation import ReluRelaxation, relax_relu
 
 
 @dataclass(eq=False)
 class Backward:
-    """The linear lower bound of C·h + d as ``A·x + b`` plus rounding magnitudes."""
+    """The linear lower bound of C·h + d as ``A·x + b``, and the rounding it owes.
+
+    ``error`` (B, S): the summed local rounding terms of the walk (already scaled, see the module
+    docstring); ``b_abs`` (B, S): the sum of the magnitudes of the terms added into ``b``.
+    """
 
     A: torch.Tensor
     b: torch.Tensor
-    A_abs: torch.Tensor
+    error: torch.Tensor
     b_abs: torch.Tensor
 
 
 def _dot(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Σ over the trailing dims of A (B or 1, S, *shape) times v (B, *shape) → (B, S)."""
+    """Σ over the trailing dims of A (B or 1, S, *shape) times v (B or 1, *shape) → (B, S)."""
     flat_A = A.reshape(A.shape[0], A.shape[1], -1)
     return flat_A.matmul(v.reshape(v.shape[0], -1, 1)).squeeze(-1)
+
+
+def _abs_dot(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """``|A|·v`` for a rounding term: no gradient (the optimised methods only need the bound's)."""
+    return _dot(A.detach().abs(), v)
+
+
+def _magnitude(lower: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:
+    """max(|l|, |u|), capped at the dtype's largest float so that a zero coefficient times it
+    stays zero (an unbounded element with a nonzero coefficient still makes the bound −inf)."""
+    big = torch.finfo(lower.dtype).max
+    return torch.maximum(lower.abs(), upper.abs()).nan_to_num(nan=big, posinf=big)
+
+
+def _affine_scale(stage, bounds) -> torch.Tensor:
+    """(1, *out_shape): |W|·m_z for the stage's input z, with m_z the largest magnitude over the
+    batch (one batch-1 pass instead of one per domain; a larger m only loosens the term)."""
+    m = _magnitude(*bounds[stage.sources[0]]).amax(0, keepdim=True)
+    big = torch.finfo(m.dtype).max
+    return stage.forward(m, stage.abs_weight, None).nan_to_num(nan=big, posinf=big)
 
 
 def backsubstitute(
@@ -56,8 +86,9 @@ def backsubstitute(
     betas: dict[int, torch.Tensor] | None = None,
     relaxations: dict[int, ReluRelaxation] | None = None,
     relax=relax_relu,
-    track_abs: bool = True,
     observe=None,
+    scales: dict[int, torch.Tensor] | None = None,
+    rounding: bool = True,
 ) -> Backward:
     """Lower linear bound of ``C · (input of stage target) + d`` in terms of the network input.
 
@@ -67,7 +98,7 @@ def backsubstitute(
             for the output.
         C: (B, S, *shape) rows; d: (B, S).
         bounds: ``bounds[t]`` = (lower, upper) of tensor t, for t < target; ReLU inputs must
-            already include split clamping.
+            already include split clamping. Sound bounds: the rounding terms rest on them.
         deltas: weight-perturbation radius per stage position.
         slopes: per ReLU position, lower slopes (B, S, *shape) to use on unstable neurons
             (values in [0, 1]); absent: CROWN's adaptive choice.
@@ -75,101 +106,96 @@ def backsubstitute(
             inactive (z ≤ 0), −β on neurons split active (z ≥ 0), 0 elsewhere.
         relaxations: per ReLU position, the relaxation of ``bounds`` if already computed.
         relax: the ReLU relaxation for the others (default CROWN's, :func:`relax_relu`).
-        track_abs: False skips the rounding magnitudes (``A_abs``, ``b_abs`` are None; half the
-            work): the caller then bounds rounding with :func:`forward_magnitudes` instead.
-            Only without ``deltas`` and ``betas``, which that bound does not cover.
         observe: optional ``observe(position, A)``, called at each ReLU stage the rows reach with
             the coefficients on its input just after crossing it (before split multipliers):
             how much each neuron's relaxation weighs in the bound (branching heuristics read it).
+        scales: :func:`rounding_scales` of these bounds, when a caller walks them many times.
+        rounding: False skips the rounding terms (``error`` and ``b_abs`` stay zero): for callers
+            that read the coefficients only, and need only the ReLU inputs' bounds.
     """
     deltas = deltas or {}
     slopes = slopes or {}
     betas = betas or {}
     relaxations = relaxations or {}
-    if not track_abs and (deltas or betas):
-        raise ValueError("track_abs=False needs exact weights and no split multipliers (see forward_magnitudes)")
+    if rounding and scales is None:
+        scales = rounding_scales(plan, target, bounds)
+    u = unit_roundoff(plan.dtype) if rounding else 0.0
     b = d.clone()
-    # |A| is bounded by |C| times the absolute weights (ReLU slopes lie in [0, 1]), the same for
-    # every domain: track that bound once, with batch 1, unless split multipliers add to it.
-    b_abs = d.abs() if track_abs else None
-    # Coefficients waiting on each tensor: (A, A_abs), or (A,) without magnitudes. A chain keeps
-    # exactly one entry.
-    pending = {target: (C, C.abs().amax(0, keepdim=True)) if track_abs else (C,)}
+    b_abs = d.abs()
+    error = torch.zeros_like(b_abs)
+    pending = {target: (C,)}
+    received = {target: 1}  # how many consumers' coefficients were summed into each tensor
+
+    def send(tensor: int, A: torch.Tensor) -> None:
+        accumulate(pending, tensor, (A,))
+        received[tensor] = received.get(tensor, 0) + 1
+
+    def summed_rounding(tensor: int, A: torch.Tensor) -> torch.Tensor:
+        # k contributions were added with k − 1 roundings of at most u of the sum each.
+        extra = received.get(tensor, 1) - 1
+        if extra <= 0 or not rounding:
+            return torch.zeros_like(error)
+        return 2 * extra * u * _abs_dot(A, _magnitude(*bounds[tensor]))
+
     for position in range(target - 1, -1, -1):
         if position + 1 not in pending:
             continue  # the stage's output does not reach the target
-        A, *rest = pending.pop(position + 1)
-        A_abs = rest[0] if track_abs else None
+        (A,) = pending.pop(position + 1)
+        error = error + summed_rounding(position + 1, A)
         stage = plan.stages[position]
         if isinstance(stage, AddStage):
             for source in stage.sources:
-                accumulate(pending, source, (A, *rest))
+                send(source, A)
             continue
         if isinstance(stage, ReluStage):
             relaxation = relaxations.get(position) or relax(*bounds[position])
             lower_slope = relaxation.lower_slope.unsqueeze(1)
             if position in slopes:
                 lower_slope = torch.where(relaxation.unstable.unsqueeze(1), slopes[position], lower_slope)
-            b = b + _dot(A.clamp(max=0), relaxation.upper_intercept)
+            negative = A.clamp(max=0)
+            b = b + _dot(negative, relaxation.upper_intercept)
             A = A * torch.where(A >= 0, lower_slope, relaxation.upper_slope.unsqueeze(1))
             if observe is not None:
                 observe(position, A)
-            if track_abs:
-                b_abs = b_abs + _dot(A_abs, relaxation.upper_intercept.abs())
+            if rounding:
+                b_abs = b_abs + _abs_dot(negative, relaxation.upper_intercept.abs())
+                magnitude = _magnitude(*bounds[position])
+                error = error + 2 * u * _abs_dot(A, magnitude)
             if position in betas:
                 A = A + betas[position]
-                A_abs = A_abs + betas[position].abs()
+                if rounding:
+                    error = error + 2 * u * _abs_dot(A, magnitude)
         else:
             delta = deltas.get(position, 0.0)
             if delta > 0:
-                noise = perturbation_radius(stage, *bounds[stage.sources[0]], delta)
-                b = b - _dot(A.abs(), noise)
-                b_abs = b_abs + _dot(A_abs, noise)
+                # the radius is itself a rounded sum: widen it by that sum's relative error
+                noise = perturbation_radius(stage, *bounds[stage.sources[0]], delta) * (1 + gamma(stage.fan + 2, plan.dtype))
+                term = _abs_dot(A, noise)
+                b = b - term
+                b_abs = b_abs + term
             if stage.bias is not None:
                 b = b + stage.bias_term(A)
-                if track_abs:
-                    b_abs = b_abs + stage.bias_term(A_abs, stage.bias.abs())
+                if rounding:
+                    b_abs = b_abs + stage.bias_term(A.detach().abs(), stage.bias.abs())
+            if rounding and position in scales:
+                # fan products per entry, plus the weights' own rounding into the working dtype
+                error = error + gamma(stage.fan + 2, plan.dtype) * _abs_dot(A, scales[position])
             A = stage.backward(A)
-            if track_abs:
-                A_abs = stage.backward_abs(A_abs) if stage.abs_weight is not None else stage.backward(A_abs)
-        accumulate(pending, stage.sources[0], (A, A_abs) if track_abs else (A,))
-    A, *rest = pending.pop(0)
-    return Backward(A, b, rest[0] if track_abs else None, b_abs)
+        send(stage.sources[0], A)
+    (A,) = pending.pop(0)
+    error = error + summed_rounding(0, A)
+    return Backward(A, b, error, b_abs)
 
 
-def forward_magnitudes(plan: Plan, target: int, bounds, center, radius, relax=relax_relu) -> torch.Tensor:
-    """Per element of tensor ``target``, a bound M (B, *shape) on the rounding magnitudes of
-    :func:`backsubstitute` without weight perturbation or β: for rows C and offsets d,
-    ``A_abs·(|c| + r) + b_abs ≤ |C|·M + |d|``.
-
-    By induction from the target backwards: an affine stage turns ``A_abs_out`` into
-    ``A_abs_out |W|`` and adds ``A_abs_out·|b|``, so M_out = |W| M_in + |b| keeps the sum; a
-    ReLU keeps A_abs (slopes lie in [0, 1]) and adds ``A_abs·|intercept|``, so M_out = M_in +
-    |intercept|; an Add sends A_abs to both inputs, so M_out = M_a + M_b. One forward pass per
-    domain replaces tracking A_abs for every row (the costly part of intermediate CROWN). The
-    result is doubled to cover this pass's own rounding.
-    """
-    values = [center.abs() + radius]
-    for position in range(target):
-        stage = plan.stages[position]
-        if isinstance(stage, ReluStage):
-            magnitude = values[position] + relax(*bounds[position]).upper_intercept.abs()
-        elif isinstance(stage, AddStage):
-            magnitude = values[stage.sources[0]] + values[stage.sources[1]]
-        elif stage.abs_weight is None:
-            magnitude = stage.forward(values[stage.sources[0]])
-        else:
-            magnitude = stage.forward(values[stage.sources[0]], stage.abs_weight, stage.bias.abs())
-        values.append(magnitude)
-    return 2 * values[target]
+def rounding_scales(plan: Plan, target: int, bounds) -> dict[int, torch.Tensor]:
+    """Per affine stage with weights before ``target``: :func:`_affine_scale` (|W|·m of its input),
+    the factor its rounding term multiplies |A| by. Depends on the bounds, not on the rows."""
+    return {position: _affine_scale(stage, bounds) for position, stage in enumerate(plan.stages[:target])
+            if isinstance(stage, AffineStage) and stage.weight is not None}
 
 
-def concretize(plan: Plan, back: Backward, center: torch.Tensor, radius: torch.Tensor,
-               row_magnitude: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def concretize(plan: Plan, back: Backward, center: torch.Tensor, radius: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Lowest value of ``A·x + b`` over the box [center ± radius], never above the exact one.
-
-    ``row_magnitude`` (B, S): for a Backward computed with ``track_abs=False``, the rows'
-    ``|C|·M + |d|`` from :func:`forward_magnitudes`.
 
     Returns the lower bound (B, S) and the rounding margin (B, S) already subtracted from it
     (the margin also makes ``b - margin`` a sound offset for the linear bound itself).
@@ -179,9 +205,8 @@ def concretize(plan: Plan, back: Backward, center: torch.Tensor, radius: torch.T
     r = radius.reshape(radius.shape[0], 1, -1)
     A = flat(back.A)
     value = (A * c).sum(-1) - (A.abs() * r).sum(-1) + back.b
-    gamma = rounding_factor(plan, extra_terms=c.shape[-1])
-    if row_magnitude is None:
-        margin = gamma * (flat(back.A_abs).matmul((c.abs() + r).transpose(1, 2)).squeeze(-1) + back.b_abs)
-    else:
-        margin = gamma * row_magnitude
+    with torch.no_grad():
+        evaluation = gamma(c.shape[-1] + 2, plan.dtype) * (
+            A.detach().abs().matmul((c.abs() + r).transpose(1, 2)).squeeze(-1) + back.b.detach().abs())
+        margin = evaluation + back.error + gamma(plan.sum_terms, plan.dtype) * back.b_abs
     return value - margin, margin

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from assay.bounds.crown import Backward, backsubstitute, concretize
+from assay.bounds.crown import Backward, backsubstitute, concretize, rounding_scales
 from assay.bounds.plan import Plan
 from assay.bounds.relaxation import relax_relu
 from assay.bounds.result import LinearBounds
@@ -45,7 +45,6 @@ def optimize_bounds(
     relax=relax_relu,
     initial_alphas: dict[int, torch.Tensor] | None = None,
     target: int | None = None,
-    row_magnitude: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Backward, torch.Tensor, int, dict[int, torch.Tensor]]:
     """Maximise the lower bound of each row of ``C · f(x) + d`` over α (and β where split).
 
@@ -63,9 +62,6 @@ def optimize_bounds(
         target: the tensor whose rows are bounded (see :func:`backsubstitute`): the input of
             ReLU stage ``target``, or None for the network output. Only ReLU layers before it
             get slopes.
-        row_magnitude: (B, S) rounding magnitudes of the rows from :func:`forward_magnitudes`
-            (valid for any slopes in [0, 1]); the walk then skips its own (half the work). Only
-            without ``deltas`` and split multipliers.
     Returns:
         (best lower (B, S) elementwise over iterations, Backward at the best objective per
         domain, its margin, iterations run, the α of that Backward per ReLU position).
@@ -75,6 +71,7 @@ def optimize_bounds(
     batch, rows = C.shape[:2]
     alphas: dict[int, torch.Tensor] = {}
     relaxations = {p: relax(*bounds[p]) for p in plan.relu_positions if p < target}
+    scales = rounding_scales(plan, target, bounds)  # the same for every iterate
     initial_alphas = initial_alphas or {}
     for position, relax in relaxations.items():
         if relax.unstable.any():
@@ -98,9 +95,8 @@ def optimize_bounds(
     def evaluate():
         signed = {p: betas[p].clamp(min=0) * split_signs[p].unsqueeze(1) for p in betas}
         slopes = {p: a.clamp(0.0, 1.0) for p, a in alphas.items()}
-        back = backsubstitute(plan, target, C, d, bounds, deltas, slopes, signed, relaxations,
-                              track_abs=row_magnitude is None)
-        lower, margin = concretize(plan, back, center, radius, row_magnitude)
+        back = backsubstitute(plan, target, C, d, bounds, deltas, slopes, signed, relaxations, scales=scales)
+        lower, margin = concretize(plan, back, center, radius)
         return back, lower, margin
 
     with torch.no_grad():
@@ -193,6 +189,4 @@ def _select(mask: torch.Tensor, new: Backward, old: Backward) -> Backward:
         m = mask.view(-1, *([1] * (a.dim() - 1)))
         return torch.where(m, a.detach(), b)
 
-    if new.A_abs is None:
-        return Backward(pick(new.A, old.A), pick(new.b, old.b), None, None)
-    return Backward(pick(new.A, old.A), pick(new.b, old.b), pick(new.A_abs, old.A_abs), pick(new.b_abs, old.b_abs))
+    return Backward(pick(new.A, old.A), pick(new.b, old.b), pick(new.error, old.error), pick(new.b_abs, old.b_abs))

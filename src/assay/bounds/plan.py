@@ -16,6 +16,7 @@ per (network, dtype) and caches them.
 
 from __future__ import annotations
 
+import math
 import weakref
 from dataclasses import dataclass
 
@@ -179,6 +180,9 @@ class Plan:
         # one more rounding each, covered by the 3 terms every stage adds.
         self.total_fan = (sum(s.fan + 3 for s in self.stages if isinstance(s, AffineStage))
                           + 3 * sum(1 for s in self.stages if not isinstance(s, AffineStage)))
+        # The most terms summed into a walk's offset b: one dot product over a tensor (a bias,
+        # a relaxation's intercepts) plus the additions of every stage's term.
+        self.sum_terms = max(math.prod(shape) for shape in network.shapes) + 2 * len(self.stages) + 3
         self.affine_positions = [i for i, s in enumerate(self.stages) if isinstance(s, AffineStage) and s.perturbable]
         # The last stage that reads each tensor (forward walks free a tensor after it).
         self.last_use = {0: 0}
@@ -223,6 +227,14 @@ def unit_roundoff(dtype: torch.dtype) -> float:
     return float(torch.finfo(dtype).eps) / 2.0
 
 
+def gamma(terms: int, dtype: torch.dtype) -> float:
+    """γ_n (doubled): |computed − exact| ≤ γ · Σ|products| for a sum of ``terms`` products in
+    ``dtype``, in any summation order (Higham, Accuracy and Stability of Numerical Algorithms,
+    §3.1: γ_n = n·u/(1 − n·u)); doubled to cover the second-order terms of chained steps."""
+    u = unit_roundoff(dtype)
+    return 2.0 * terms * u / max(1.0 - terms * u, 0.5)
+
+
 def rounding_factor(plan: Plan, extra_terms: int = 0) -> float:
     """A relative factor γ with |computed - exact| ≤ γ · magnitude for a chain through ``plan``.
 
@@ -231,6 +243,4 @@ def rounding_factor(plan: Plan, extra_terms: int = 0) -> float:
     times the sum of the absolute products. A chain of such sums accumulates at most the
     sum of the γ's (first order); we double it to cover second-order terms.
     """
-    u = unit_roundoff(plan.dtype)
-    n = plan.total_fan + extra_terms
-    return 2.0 * n * u / max(1.0 - n * u, 0.5)
+    return gamma(plan.total_fan + extra_terms, plan.dtype)

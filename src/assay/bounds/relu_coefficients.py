@@ -92,7 +92,7 @@ def relu_coefficients(
         layers[layer_of[position]] = A
 
     back = backsubstitute(plan, len(plan.stages), C.reshape(batch, rows, *network.output_shape), d, bounds,
-                          slopes=slopes, track_abs=False, observe=observe)
+                          slopes=slopes, observe=observe, rounding=False)
     return ReluCoefficients(tuple(layers), back.A, back.b)
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from assay.bounds.crown import backsubstitute, concretize
-from assay.bounds.ibp import center_radius
+from assay.bounds.ibp import center_radius, interval_pass
 from assay.bounds.plan import AddStage, AffineStage, ReluStage, accumulate, plan_for, rounding_factor, unit_roundoff
 from assay.bounds.relaxation import relax_relu
 from assay.bounds.result import IntermediateBounds
@@ -217,9 +217,15 @@ def pattern_lower_bound(
         # g − ν σ z ≤ g on the pattern (σ z ≥ 0): in the engine's sign convention, −ν σ.
         betas[position] = (-torch.as_tensor(nu, dtype=torch.float64) * sign).unsqueeze(0).unsqueeze(0)
         relaxations[position] = relax_relu(l.unsqueeze(0), u.unsqueeze(0))
-    no_bounds = [None] * len(plan.stages)  # exact relaxations are given; no weight perturbation
-    back = backsubstitute(plan, len(plan.stages), rows, offsets, no_bounds, None, None, betas, relaxations)
     shape = network.input_shape
-    center, radius = center_radius(lower.reshape(1, *shape).to(torch.float64), upper.reshape(1, *shape).to(torch.float64))
+    box = lower.reshape(1, *shape).to(torch.float64), upper.reshape(1, *shape).to(torch.float64)
+    known = dict(zip(plan.relu_positions, zip(pre_lower, pre_upper)))
+
+    def clamp(position, l, u):  # the pattern's bounds, for the rounding terms' magnitudes
+        return torch.maximum(l, known[position][0].unsqueeze(0)), torch.minimum(u, known[position][1].unsqueeze(0))
+
+    bounds = interval_pass(plan, *box, None, clamp)
+    back = backsubstitute(plan, len(plan.stages), rows, offsets, bounds, None, None, betas, relaxations)
+    center, radius = center_radius(*box)
     value, _ = concretize(plan, back, center, radius)
     return float(value.item())
