@@ -351,3 +351,35 @@ def test_walk_rounding_terms_cover_the_float32_walks_deviation(residual):
     owed = low32.error.double() + gamma(plan32.sum_terms, torch.float32) * low32.b_abs.double()
     assert (deviation > 0).any(), "the walks must differ, or the test proves nothing"
     assert (deviation <= owed).all()
+
+
+def test_casting_bounds_to_float32_rounds_outwards():
+    """Round to nearest would move an end inwards by up to half an ulp (0.1 → 0.100000001…):
+    the cast bounds must contain the float64 ones, and exact values must stay put."""
+    from assay.bounds.ibp import cast_outward
+
+    lower = torch.tensor([0.1, -0.1, 0.5, 1 / 3, -2.0**30 - 1], dtype=torch.float64)
+    upper = lower + torch.tensor([0.0, 1e-12, 0.25, 0.0, 0.0], dtype=torch.float64)
+    low, high = cast_outward(lower, upper, torch.float32)
+    assert low.dtype == high.dtype == torch.float32
+    assert (low.double() <= lower).all() and (high.double() >= upper).all()
+    assert low[2] == 0.5 and high[2] == 0.75  # representable: unchanged
+    assert (low.double() < lower).any() and (high.double() > upper).any()  # some ends did move outwards
+    same = cast_outward(lower, upper, torch.float64)
+    assert torch.equal(same[0], lower) and torch.equal(same[1], upper)
+
+
+def test_float32_bounds_hold_for_rows_that_float32_cannot_represent():
+    """A row C·y + d whose C and d round in float32 (d = 2^24 + 1 becomes 2^24): the bounds are
+    those of the exact row, checked at the box's one point in float64."""
+    from assay.nn import Linear, Network
+
+    network = Network((Linear(torch.tensor([[3.0, -1.0]], dtype=torch.float64), torch.tensor([0.5], dtype=torch.float64)),),
+                      (2,))
+    point = torch.tensor([[1024.0, 3.0]], dtype=torch.float64)  # y = 3069.5, exact in float32
+    C = torch.tensor([[1 + 2.0**-30]], dtype=torch.float64)
+    d = torch.tensor([2.0**24 + 1], dtype=torch.float64)
+    exact = (C[0, 0] * 3069.5 + d[0]).item()
+    for method in ("ibp", "crown", "alpha"):
+        result = compute_bounds(network, (point, point), method=method, spec=(C, d), dtype="float32")
+        assert result.lower.double().item() <= exact <= result.upper.double().item(), method

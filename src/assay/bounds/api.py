@@ -11,7 +11,7 @@ import torch
 from assay._validate import check_choice
 from assay.bounds.crown import Backward, backsubstitute, concretize, rounding_scales
 from assay.bounds.forward import MAX_FORWARD_INPUTS, forward_bounds
-from assay.bounds.ibp import center_radius, interval_pass
+from assay.bounds.ibp import cast_outward, center_radius, interval_pass
 from assay.bounds.methods import METHODS, bound_method
 from assay.bounds.optimize import Objective, optimize_bounds
 from assay.bounds.options import AlphaCrownOptions, BetaCrownOptions
@@ -129,7 +129,7 @@ def compute_bounds(
     plan = plan_for(network, torch_dtype)
     lower, upper = _input_bounds(network, input_set, torch_dtype)
     batch = lower.shape[0]
-    C, d = _spec_rows(network, spec, batch, torch_dtype)
+    C, d, spec_change = _spec_rows(network, spec, batch, torch_dtype)
     deltas = _resolve_deltas(plan, weight_perturbation)
     split_signs = _resolve_splits(plan, splits, batch)
     options = spec_of_method.resolve_options(options)
@@ -149,7 +149,7 @@ def compute_bounds(
         if intermediate is not None:
             _check_intermediate(plan, intermediate, batch)
             for k, position in enumerate(plan.relu_positions):
-                known[position] = (intermediate.lower[k].to(torch_dtype), intermediate.upper[k].to(torch_dtype))
+                known[position] = cast_outward(intermediate.lower[k], intermediate.upper[k], torch_dtype)
         infeasible = torch.zeros(batch, dtype=torch.bool)
 
         def clamp(position, l, u):
@@ -253,6 +253,17 @@ def compute_bounds(
         if return_linear:
             linear = to_linear(Backward(back.A.detach(), back.b.detach(), back.error, back.b_abs), margin.detach())
 
+    slack = _spec_rounding(spec_change, *bounds[-1])
+    if slack.any():  # the rows were rounded: the exact rows' bounds lie within this much
+        down = torch.nextafter(result_lower - slack.to(result_lower.dtype), torch.full_like(result_lower, -torch.inf))
+        up = torch.nextafter(result_upper + slack.to(result_upper.dtype), torch.full_like(result_upper, torch.inf))
+        result_lower, result_upper = down, up
+        if linear is not None:
+            linear = LinearBounds(
+                linear.lower_A, None if linear.lower_b is None else torch.nextafter(
+                    linear.lower_b - slack.to(linear.lower_b.dtype), torch.full_like(linear.lower_b, -torch.inf)),
+                linear.upper_A, None if linear.upper_b is None else torch.nextafter(
+                    linear.upper_b + slack.to(linear.upper_b.dtype), torch.full_like(linear.upper_b, torch.inf)))
     if infeasible.any():
         result_lower = torch.where(infeasible.unsqueeze(1), torch.inf, result_lower)
         result_upper = torch.where(infeasible.unsqueeze(1), -torch.inf, result_upper)
@@ -439,8 +450,7 @@ def _input_bounds(network: Network, input_set, dtype):
     else:
         raise SpecError(f"compute_bounds needs a Box, an HPolytope or a (lower, upper) pair; got {type(input_set).__name__}")
     try:
-        lower = torch.as_tensor(lower).to(dtype)
-        upper = torch.as_tensor(upper).to(dtype)
+        lower, upper = cast_outward(lower, upper, dtype)
     except (TypeError, RuntimeError, ValueError) as exc:
         raise SpecError(f"the input set's bounds are not numeric arrays ({type(input_set).__name__}): {exc}") from exc
     shape = network.input_shape
@@ -473,18 +483,33 @@ def _spec_rows(network: Network, spec, batch: int, dtype):
         C, d = spec
     else:
         C, d = spec, None
-    C = torch.as_tensor(C).to(dtype)
-    if d is None:
-        d = torch.zeros(C.shape[:-1], dtype=dtype)
-    d = torch.as_tensor(d).to(dtype)
+    C = torch.as_tensor(C)
+    d = torch.zeros(C.shape[:-1], dtype=dtype) if d is None else torch.as_tensor(d)
+    # What casting the rows to the working dtype changed (rows are rarely exact in float32,
+    # e.g. a threshold 3.99): the bounds are widened by its effect (see _spec_rounding).
+    exact = (C.to(torch.float64), d.to(torch.float64))
+    C, d = C.to(dtype), d.to(dtype)
     if C.dim() == 2:
         C, d = C.unsqueeze(0).expand(batch, *C.shape), d.unsqueeze(0).expand(batch, *d.shape)
+        exact = tuple(t.unsqueeze(0).expand(batch, *t.shape) for t in exact)
     if C.dim() != 3 or C.shape[0] != batch or C.shape[2] != n_out or d.shape != C.shape[:2]:
         raise SpecError(
             f"the spec rows have shape C {tuple(C.shape)}, d {tuple(d.shape)}; expected C (S, {n_out}) or "
             f"(B={batch}, S, {n_out}) and d (S,) or (B, S) for {network.source}"
         )
-    return C.reshape(batch, C.shape[1], *network.output_shape).contiguous(), d.contiguous()
+    change = ((exact[0].reshape(batch, C.shape[1], -1) - C.reshape(batch, C.shape[1], -1).to(torch.float64)).abs(),
+              (exact[1] - d.to(torch.float64)).abs())
+    return C.reshape(batch, C.shape[1], *network.output_shape).contiguous(), d.contiguous(), change
+
+
+def _spec_rounding(change, out_lower, out_upper) -> torch.Tensor:
+    """(B, S) float64: how far C·y + d can move when the rows (C, d) are rounded to the working
+    dtype, over the outputs' bounds: |ΔC|·max|y| + |Δd|, doubled for this sum's own rounding."""
+    delta_C, delta_d = change
+    if not (delta_C.any() or delta_d.any()):
+        return torch.zeros_like(delta_d)
+    magnitude = torch.maximum(out_lower.abs(), out_upper.abs()).reshape(out_lower.shape[0], -1, 1).to(torch.float64)
+    return 2 * (delta_C.matmul(magnitude).squeeze(-1) + delta_d)
 
 
 def _resolve_deltas(plan: Plan, weight_perturbation) -> dict[int, float]:

@@ -16,6 +16,19 @@ from assay.bounds.plan import AddStage, AffineStage, Plan, ReluStage, unit_round
 _CORNER_CHUNK = 1 << 22
 
 
+def cast_outward(lower, upper, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(lower, upper)`` in ``dtype``, rounded outwards: casting to a narrower float never
+    shrinks the interval (round to nearest could move either end inwards by half an ulp)."""
+    lower, upper = torch.as_tensor(lower), torch.as_tensor(upper)
+    low, high = lower.to(dtype), upper.to(dtype)
+    if not (lower.is_floating_point() and torch.finfo(lower.dtype).bits > torch.finfo(dtype).bits):
+        return low, high
+    wide = lower.dtype
+    low = torch.where(low.to(wide) > lower, torch.nextafter(low, torch.full_like(low, -torch.inf)), low)
+    high = torch.where(high.to(wide) < upper.to(wide), torch.nextafter(high, torch.full_like(high, torch.inf)), high)
+    return low, high
+
+
 def center_radius(lower: torch.Tensor, upper: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Center and a radius such that [center - radius, center + radius] ⊇ [lower, upper] in floats."""
     center = (lower + upper) / 2
