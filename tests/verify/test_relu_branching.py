@@ -92,7 +92,7 @@ def test_the_chosen_neuron_is_the_shortlisted_one_with_the_tightest_worse_child(
     flat = torch.cat([s.reshape(1, -1) for s in scores], 1)
     _, candidates = flat.topk(3, dim=1)
     estimates = relu_split._children_estimates(network, strategy.C, strategy.d, domains, candidates, "float64")
-    child_splits, _, _ = relu_split._branch(network, strategy.C, strategy.d, domains, row_upper, "float64")
+    child_splits, _, _ = relu_split._branch(network, strategy.C, strategy.d, domains, row_upper)
     changed = torch.cat([(c[0] != p[0]).reshape(-1) for c, p in zip(child_splits, domains.splits)]).nonzero()
     assert changed.numel() == 1
     assert int(changed) == int(candidates[0, estimates[0].amax(1).argmin()])
@@ -101,7 +101,7 @@ def test_the_chosen_neuron_is_the_shortlisted_one_with_the_tightest_worse_child(
     assert flat_children[0, int(changed)] == 1 and flat_children[1, int(changed)] == -1
     # With a shortlist of one, the choice is BaBSR's best score.
     monkeypatch.setattr(relu_split, "FSB_CANDIDATES", 1)
-    child_splits, _, _ = relu_split._branch(network, strategy.C, strategy.d, domains, row_upper, "float64")
+    child_splits, _, _ = relu_split._branch(network, strategy.C, strategy.d, domains, row_upper)
     changed = torch.cat([(c[0] != p[0]).reshape(-1) for c, p in zip(child_splits, domains.splits)]).nonzero()
     assert int(changed) == int(candidates[0, 0])
 

@@ -251,7 +251,7 @@ def compute_bounds(
             if rows_upper is not None:
                 result_upper = torch.minimum(-best[:, n_lower:].detach(), ibp_hi)
         if return_linear:
-            linear = to_linear(Backward(back.A.detach(), back.b.detach(), back.error, back.b_abs), margin.detach())
+            linear = to_linear(Backward(back.A.detach(), back.b.detach(), back.error), margin.detach())
 
     slack = _spec_rounding(spec_change, *bounds[-1])
     if slack.any():  # the rows were rounded: the exact rows' bounds lie within this much

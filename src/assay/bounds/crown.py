@@ -19,8 +19,9 @@ P = A·W with |P − A·W| ≤ γ_fan·|A|·|W| elementwise; the stage's input z
 magnitude m_z = max(|l_z|, |u_z|) of its sound bounds, so using P instead of A·W moves the
 bound by at most γ_fan·|A|·(|W|·m_z). A ReLU's slope product (and a split multiplier's sum)
 rounds each coefficient by at most u of itself, which moves the bound by at most 2u·|A'|·m_y.
-These terms add up in ``Backward.error``; the magnitudes of the terms added into ``b`` add up
-in ``b_abs``. :func:`concretize` subtracts error + γ_b·b_abs + γ_n·(|A|·(|c| + r) + |b|), so
+These terms, and γ_b times the magnitude of every term added into ``b`` (its own rounded sum),
+add up in ``Backward.error``, charged once per stage on the final coefficients of each tensor.
+:func:`concretize` subtracts error + γ_n·(|A|·(|c| + r) + |b|), so
 the bound holds for the exact network whatever the dtype.
 """
 
@@ -39,14 +40,13 @@ from assay.bounds.relaxation import ReluRelaxation, relax_relu
 class Backward:
     """The linear lower bound of C·h + d as ``A·x + b``, and the rounding it owes.
 
-    ``error`` (B, S): the summed local rounding terms of the walk (already scaled, see the module
-    docstring); ``b_abs`` (B, S): the sum of the magnitudes of the terms added into ``b``.
+    ``error`` (B, S): the summed local rounding terms of the walk, those of ``b``'s own sum
+    included (already scaled, see the module docstring).
     """
 
     A: torch.Tensor
     b: torch.Tensor
     error: torch.Tensor
-    b_abs: torch.Tensor
 
 
 def _dot(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -73,6 +73,13 @@ def _affine_scale(stage, bounds) -> torch.Tensor:
     m = _magnitude(*bounds[stage.sources[0]]).amax(0, keepdim=True)
     big = torch.finfo(m.dtype).max
     return stage.forward(m, stage.abs_weight, None).nan_to_num(nan=big, posinf=big)
+
+
+def _bias_magnitudes(stage) -> torch.Tensor:
+    """(1, *out_shape): |bias| of each output element (a convolution's per channel, spread)."""
+    bias = stage.bias.abs()
+    shape = (1, bias.shape[0]) + (1,) * (len(stage.out_shape) - 1)
+    return bias.reshape(shape).expand(1, *stage.out_shape)
 
 
 def backsubstitute(
@@ -110,7 +117,7 @@ def backsubstitute(
             the coefficients on its input just after crossing it (before split multipliers):
             how much each neuron's relaxation weighs in the bound (branching heuristics read it).
         scales: :func:`rounding_scales` of these bounds, when a caller walks them many times.
-        rounding: False skips the rounding terms (``error`` and ``b_abs`` stay zero): for callers
+        rounding: False skips the rounding terms (``error`` stays zero): for callers
             that read the coefficients only, and need only the ReLU inputs' bounds.
     """
     deltas = deltas or {}
@@ -119,52 +126,65 @@ def backsubstitute(
     relaxations = relaxations or {}
     if rounding and scales is None:
         scales = rounding_scales(plan, target, bounds)
-    u = unit_roundoff(plan.dtype) if rounding else 0.0
+    u = unit_roundoff(plan.dtype)
+    gamma_b = gamma(plan.sum_terms, plan.dtype)  # a term's share of the rounding of the sum b
     b = d.clone()
-    b_abs = d.abs()
-    error = torch.zeros_like(b_abs)
+    error = gamma_b * d.abs() if rounding else torch.zeros_like(d)
     pending = {target: (C,)}
     received = {target: 1}  # how many consumers' coefficients were summed into each tensor
+    # Per tensor, the rounding owed per unit of |coefficient| on it, charged once its
+    # coefficients are final (one |A|·v per stage instead of one per rounding step).
+    charges: dict[int, torch.Tensor] = {}
 
     def send(tensor: int, A: torch.Tensor) -> None:
         accumulate(pending, tensor, (A,))
         received[tensor] = received.get(tensor, 0) + 1
 
-    def summed_rounding(tensor: int, A: torch.Tensor) -> torch.Tensor:
-        # k contributions were added with k − 1 roundings of at most u of the sum each.
+    def charge(tensor: int, vector) -> None:
+        charges[tensor] = charges[tensor] + vector if tensor in charges else vector
+
+    def settle(tensor: int, A: torch.Tensor, own) -> torch.Tensor:
+        """The error owed by the final coefficients A on ``tensor``: the charges deposited on it,
+        the summing of k consumers' coefficients (k − 1 roundings of at most u of the sum each),
+        and ``own`` (the stage about to be crossed)."""
+        vector = charges.pop(tensor, None)
         extra = received.get(tensor, 1) - 1
-        if extra <= 0 or not rounding:
-            return torch.zeros_like(error)
-        return 2 * extra * u * _abs_dot(A, _magnitude(*bounds[tensor]))
+        if extra > 0:
+            summed = 2 * extra * u * _magnitude(*bounds[tensor])
+            vector = summed if vector is None else vector + summed
+        if own is not None:
+            vector = own if vector is None else vector + own
+        return error if vector is None else error + _abs_dot(A, vector)
 
     for position in range(target - 1, -1, -1):
         if position + 1 not in pending:
             continue  # the stage's output does not reach the target
         (A,) = pending.pop(position + 1)
-        error = error + summed_rounding(position + 1, A)
         stage = plan.stages[position]
         if isinstance(stage, AddStage):
+            if rounding:
+                error = settle(position + 1, A, None)
             for source in stage.sources:
                 send(source, A)
             continue
         if isinstance(stage, ReluStage):
             relaxation = relaxations.get(position) or relax(*bounds[position])
+            if rounding:  # the intercepts' terms added into b (charged on |A| ≥ |A⁻|)
+                error = settle(position + 1, A, gamma_b * relaxation.upper_intercept.abs())
             lower_slope = relaxation.lower_slope.unsqueeze(1)
             if position in slopes:
                 lower_slope = torch.where(relaxation.unstable.unsqueeze(1), slopes[position], lower_slope)
-            negative = A.clamp(max=0)
-            b = b + _dot(negative, relaxation.upper_intercept)
+            b = b + _dot(A.clamp(max=0), relaxation.upper_intercept)
             A = A * torch.where(A >= 0, lower_slope, relaxation.upper_slope.unsqueeze(1))
             if observe is not None:
                 observe(position, A)
             if rounding:
-                b_abs = b_abs + _abs_dot(negative, relaxation.upper_intercept.abs())
                 magnitude = _magnitude(*bounds[position])
-                error = error + 2 * u * _abs_dot(A, magnitude)
+                if position in betas:  # the product rounds before β is added: charge it now
+                    error = error + 2 * u * _abs_dot(A, magnitude)
+                charge(position, 2 * u * magnitude)
             if position in betas:
                 A = A + betas[position]
-                if rounding:
-                    error = error + 2 * u * _abs_dot(A, magnitude)
         else:
             delta = deltas.get(position, 0.0)
             if delta > 0:
@@ -172,19 +192,23 @@ def backsubstitute(
                 noise = perturbation_radius(stage, *bounds[stage.sources[0]], delta) * (1 + gamma(stage.fan + 2, plan.dtype))
                 term = _abs_dot(A, noise)
                 b = b - term
-                b_abs = b_abs + term
+                error = error + gamma_b * term
+            if rounding:
+                # fan products per entry, plus the weights' own rounding into the working dtype;
+                # the bias's terms added into b
+                own = gamma(stage.fan + 2, plan.dtype) * scales[position] if position in scales else None
+                if stage.bias is not None:
+                    bias = gamma_b * _bias_magnitudes(stage)
+                    own = bias if own is None else own + bias
+                error = settle(position + 1, A, own)
             if stage.bias is not None:
                 b = b + stage.bias_term(A)
-                if rounding:
-                    b_abs = b_abs + stage.bias_term(A.detach().abs(), stage.bias.abs())
-            if rounding and position in scales:
-                # fan products per entry, plus the weights' own rounding into the working dtype
-                error = error + gamma(stage.fan + 2, plan.dtype) * _abs_dot(A, scales[position])
             A = stage.backward(A)
         send(stage.sources[0], A)
     (A,) = pending.pop(0)
-    error = error + summed_rounding(0, A)
-    return Backward(A, b, error, b_abs)
+    if rounding:
+        error = settle(0, A, None)
+    return Backward(A, b, error)
 
 
 def rounding_scales(plan: Plan, target: int, bounds) -> dict[int, torch.Tensor]:
@@ -208,5 +232,5 @@ def concretize(plan: Plan, back: Backward, center: torch.Tensor, radius: torch.T
     with torch.no_grad():
         evaluation = gamma(c.shape[-1] + 2, plan.dtype) * (
             A.detach().abs().matmul((c.abs() + r).transpose(1, 2)).squeeze(-1) + back.b.detach().abs())
-        margin = evaluation + back.error + gamma(plan.sum_terms, plan.dtype) * back.b_abs
+        margin = evaluation + back.error
     return value - margin, margin

@@ -189,4 +189,4 @@ def _select(mask: torch.Tensor, new: Backward, old: Backward) -> Backward:
         m = mask.view(-1, *([1] * (a.dim() - 1)))
         return torch.where(m, a.detach(), b)
 
-    return Backward(pick(new.A, old.A), pick(new.b, old.b), pick(new.error, old.error), pick(new.b_abs, old.b_abs))
+    return Backward(pick(new.A, old.A), pick(new.b, old.b), pick(new.error, old.error))

@@ -87,6 +87,9 @@ def _rows_of(result, rows: torch.Tensor):
 
 # Above this many ReLUs, children reuse their parents' intermediate bounds without refining them.
 REFINE_MAX_RELUS = 2000
+# The dtype of that refinement: float32 bounds carry their (sound) rounding margins and cost about
+# half as much as float64 ones.
+REFINE_DTYPE = "float32"
 
 
 @dataclass(frozen=True, eq=False)
@@ -144,11 +147,19 @@ class ReluSplitting:
             newest = branches.tags.get("split_layer") if branches.tags else None
             fixed = int(newest.min()) + 1 if refine and newest is not None else 0
             tags = branches.tags or {}
+            splits = [s.to(torch.int64) for s in branches.splits]
+            parents = branches.parents
+            if refine and REFINE_DTYPE != self.dtype:
+                # The later layers re-bounded by CROWN in the cheaper dtype (the costly part of a
+                # round); its rounding widens them a little, and the β pass keeps its own dtype.
+                parents = compute_bounds(self.network, box, spec=(self.C, self.d), method="crown", dtype=REFINE_DTYPE,
+                                         sides="upper", splits=splits, intermediate=parents, fixed_layers=fixed,
+                                         deadline=deadline.at).intermediate
+                refine, fixed = False, 0
             result = compute_bounds(
                 self.network, box, spec=(self.C, self.d), method="beta", dtype=self.dtype, sides="upper",
-                splits=[s.to(torch.int64) for s in branches.splits], intermediate=branches.parents,
-                refine_intermediate=refine, fixed_layers=fixed, alphas=[tags.get(f"alpha_{k}") for k in
-                                                                        range(len(branches.splits))],
+                splits=splits, intermediate=parents, refine_intermediate=refine, fixed_layers=fixed,
+                alphas=[tags.get(f"alpha_{k}") for k in range(len(branches.splits))],
                 options=self._options, return_linear=True, deadline=deadline.at,
             )
         stats.bound_calls += 1
@@ -187,7 +198,7 @@ class ReluSplitting:
     def split(self, bounded: BoundedBranches, open_) -> Branches:
         domains = bounded.branches.select(open_)
         child_splits, child_parents, layer = _branch(self.network, self.C, self.d, domains,
-                                                     bounded.payload.result.upper[open_], self.dtype)
+                                                     bounded.payload.result.upper[open_])
         both = torch.cat([torch.arange(len(domains)), torch.arange(len(domains))])
         tags = {name: value[both] for name, value in (domains.tags or {}).items()}
         return Branches(domains.lower[both], domains.upper[both], tuple(child_splits), child_parents,
@@ -214,11 +225,13 @@ def _probe(network, query, result, open_, attack: bool = False, deadline: Deadli
 
 # Filtered smart branching: the best-scoring candidates per domain whose children are bounded.
 FSB_CANDIDATES = 3
+# The dtype of those children's bounds (they only rank candidates).
+ESTIMATE_DTYPE = "float32"
 # Elements (bounds, splits, slopes of the children) that one FSB estimate pass may copy.
 _FSB_CHUNK_ELEMENTS = 1 << 26
 
 
-def _branch(network, C, d, domains: Branches, row_upper, dtype: str):
+def _branch(network, C, d, domains: Branches, row_upper):
     """Two children per domain, splitting one unstable, unsplit ReLU (every domain must have one:
     leaves are decided by :mod:`assay.verify.leaf_lp`).
 
@@ -243,7 +256,8 @@ def _branch(network, C, d, domains: Branches, row_upper, dtype: str):
         raise RuntimeError("ReLU splitting was asked to branch a domain with no unstable, unsplit neuron")
     best = candidates[:, 0]
     if candidates.shape[1] > 1:
-        worse_child = _children_estimates(network, C, d, domains, candidates, dtype).amax(2)  # (B, k)
+        # Estimates only choose the neuron, never a verdict: the cheaper dtype serves.
+        worse_child = _children_estimates(network, C, d, domains, candidates, ESTIMATE_DTYPE).amax(2)  # (B, k)
         worse_child = torch.where(shortlist > 0, worse_child, torch.inf)
         best = candidates.gather(1, worse_child.argmin(1, keepdim=True)).squeeze(1)
     offsets = _offsets(splits)
