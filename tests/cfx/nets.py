@@ -54,3 +54,33 @@ def parameter_count(network: Network) -> int:
 
 def all_vertices(count: int) -> np.ndarray:
     return np.array(list(itertools.product((-1.0, 1.0), repeat=count)))
+
+
+def mixed_encodings():
+    """Every valid code of the mixed test spec's categorical part: a one-hot of 3 (bits 2–4)
+    and a thermometer of 3 levels (bits 5–7)."""
+    for hot, level in itertools.product(range(3), range(3)):
+        bits = np.zeros(6)
+        bits[hot] = 1.0
+        bits[3:3 + level + 1] = 1.0
+        yield bits
+
+
+def cheapest_on_grid(network, x, target, cost=None, points_per_axis=4001):
+    """(the least cost of a valid point, the grid step): over the mixed spec's inputs that keep
+    x's immutable v0, move v1 along a dense grid and take every categorical code; ``cost`` weighs
+    the ℓ1 distance (None: plain ℓ1). inf where no grid point is valid."""
+    from assay.cfx._model import row_margins, target_rows
+    from assay.cfx.milp import MIN_MARGIN
+
+    grid = np.linspace(0, 1, points_per_axis)
+    weights = np.ones(len(x)) if cost is None else np.asarray(cost)
+    best = np.inf
+    for bits in mixed_encodings():
+        points = np.tile(x, (len(grid), 1))
+        points[:, 1] = grid
+        points[:, 2:] = bits
+        valid = row_margins(network, points, target_rows(network, target)) >= MIN_MARGIN
+        if valid.any():
+            best = min(best, float((np.abs(points[valid] - x) * weights).sum(1).min()))
+    return best, grid[1] - grid[0]
