@@ -28,7 +28,7 @@ def cfx(
     model: Path = typer.Argument(..., help="The classifier: .onnx or .nnet (Linear/ReLU layers over a flat input; one output = logit of class 1)."),
     input_file: Path = typer.Option(None, "--input", help="One input to explain: a JSON list of numbers (or {\"x\": [...]}), in the model's encoded space."),
     inputs: Path = typer.Option(None, "--inputs", help="A batch: a CSV with a header, one input per row (shows a progress bar)."),
-    features_file: Path = typer.Option(None, "--features", help="Feature spec JSON: size, one_hot, ordinal, immutable, lower, upper, names (default: all continuous in [0, 1])."),
+    features_file: Path = typer.Option(None, "--features", help="Feature spec JSON: size, one_hot, ordinal, immutable, lower, upper, names, cost (per-variable weights of the ℓ1 distance; default: all continuous in [0, 1], plain ℓ1)."),
     target: int = typer.Option(None, "--target", help="The class to reach (default: the other class of a binary model)."),
     distance: str = typer.Option("l1", "--distance", help="Cost of a change: l1 (default) or linf."),
     margin: float = typer.Option(0.0, "--margin", help="Ask every target logit difference to be at least this large."),
