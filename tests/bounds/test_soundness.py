@@ -264,10 +264,12 @@ def test_warm_started_alphas_stay_sound(network, seed):
     assert all((a is None) == (b is None) for a, b in zip(again.alphas, first.alphas))
 
 
-def _stably_active_chain(rng, widths, residual: bool, biases: bool = True):
-    """A dense network whose ReLUs are all active on [0, 1]^n (positive weights into the hidden
-    layers, large biases or none), so CROWN is exact on it and rounding is the only gap;
-    ``residual`` adds a skip connection. Weights are float32 numbers (as ONNX models carry them)."""
+def _stably_active_chain(rng, widths, residual: bool, biases: bool = True, mixed_signs: bool = False):
+    """A dense network whose ReLUs are all active on [0, 1]^n, so CROWN is exact on it and
+    rounding is the only gap: positive weights into the hidden layers with biases in [1, 2] or none,
+    or (``mixed_signs``) small weights of either sign with biases near 30, far above what the
+    weights can subtract. ``residual`` adds a skip connection. Weights are float32 numbers (as ONNX
+    models carry them)."""
     from assay.nn import Add, Linear, Network, ReLU
 
     def f32(*shape, scale):
@@ -276,9 +278,13 @@ def _stably_active_chain(rng, widths, residual: bool, biases: bool = True):
     layers, sources = [], []
     for i, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:])):
         last = i == len(widths) - 2
-        weight = f32(fan_out, fan_in, scale=2.0 / fan_in) if not last else \
-            torch.as_tensor(rng.normal(0.0, 1.0, size=(fan_out, fan_in)).astype(np.float32), dtype=torch.float64)
-        bias = f32(fan_out, scale=1.0) + 1.0 if biases else torch.zeros(fan_out, dtype=torch.float64)
+        normal = torch.as_tensor(rng.normal(0.0, 1.0, size=(fan_out, fan_in)).astype(np.float32), dtype=torch.float64)
+        if last:
+            weight = normal
+        else:
+            weight = (normal * np.float32(0.1 / np.sqrt(fan_in))).to(torch.float32).to(torch.float64) if mixed_signs \
+                else f32(fan_out, fan_in, scale=2.0 / fan_in)
+        bias = f32(fan_out, scale=1.0) + (30.0 if mixed_signs else 1.0) if biases else torch.zeros(fan_out, dtype=torch.float64)
         layers.append(Linear(weight, bias))
         sources.append((len(layers) - 1,))
         if not last:
@@ -305,14 +311,15 @@ def _exact_affine_minimum(network, C, lower, upper):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("residual", [False, True])
-def test_crown_bound_on_an_affine_network_is_below_the_exact_minimum_and_close_to_it(dtype, residual):
+@pytest.mark.parametrize("mixed_signs", [False, True])
+def test_crown_bound_on_an_affine_network_is_below_the_exact_minimum_and_close_to_it(dtype, residual, mixed_signs):
     """Where CROWN is exact (every ReLU stable), its bound differs from the true minimum by
     rounding only: the margin must keep it below (a missing rounding term shows in float32, whose
     errors are ~1e-7 relative on wide layers), and stay small (a margin that grows with products
     of absolute weights is ~10^4 times the bound on deep networks)."""
     rng = np.random.default_rng(0)
     widths = [64, 300, 300, 300, 300, 20] if residual else [64, 300, 300, 300, 300, 300, 20]
-    network = _stably_active_chain(rng, widths, residual)
+    network = _stably_active_chain(rng, widths, residual, mixed_signs=mixed_signs)
     lower = torch.zeros(1, 64, dtype=torch.float64)
     upper = torch.ones(1, 64, dtype=torch.float64)
     C = torch.as_tensor(rng.normal(size=(40, 20)), dtype=torch.float64).to(torch.float32).to(torch.float64)
