@@ -254,7 +254,7 @@ def compute_bounds(
             linear = to_linear(Backward(back.A.detach(), back.b.detach(), back.error), margin.detach())
 
     slack = _spec_rounding(spec_change, *bounds[-1])
-    if slack.any():  # the rows were rounded: the exact rows' bounds lie within this much
+    if slack is not None:  # the rows were rounded: the exact rows' bounds lie within this much
         down = torch.nextafter(result_lower - slack.to(result_lower.dtype), torch.full_like(result_lower, -torch.inf))
         up = torch.nextafter(result_upper + slack.to(result_upper.dtype), torch.full_like(result_upper, torch.inf))
         result_lower, result_upper = down, up
@@ -485,29 +485,35 @@ def _spec_rows(network: Network, spec, batch: int, dtype):
         C, d = spec, None
     C = torch.as_tensor(C)
     d = torch.zeros(C.shape[:-1], dtype=dtype) if d is None else torch.as_tensor(d)
-    # What casting the rows to the working dtype changed (rows are rarely exact in float32,
-    # e.g. a threshold 3.99): the bounds are widened by its effect (see _spec_rounding).
-    exact = (C.to(torch.float64), d.to(torch.float64))
+    # What casting the rows to a narrower working dtype changed (rows are rarely exact in
+    # float32, e.g. a threshold 3.99): the bounds are widened by its effect (see _spec_rounding).
+    # Into float64, or from the working dtype itself, the cast is exact and nothing is kept.
+    narrowing = dtype != torch.float64 and (C.dtype != dtype or d.dtype != dtype)
+    exact = (C.to(torch.float64), d.to(torch.float64)) if narrowing else None
     C, d = C.to(dtype), d.to(dtype)
     if C.dim() == 2:
         C, d = C.unsqueeze(0).expand(batch, *C.shape), d.unsqueeze(0).expand(batch, *d.shape)
-        exact = tuple(t.unsqueeze(0).expand(batch, *t.shape) for t in exact)
+        exact = None if exact is None else tuple(t.unsqueeze(0).expand(batch, *t.shape) for t in exact)
     if C.dim() != 3 or C.shape[0] != batch or C.shape[2] != n_out or d.shape != C.shape[:2]:
         raise SpecError(
             f"the spec rows have shape C {tuple(C.shape)}, d {tuple(d.shape)}; expected C (S, {n_out}) or "
             f"(B={batch}, S, {n_out}) and d (S,) or (B, S) for {network.source}"
         )
-    change = ((exact[0].reshape(batch, C.shape[1], -1) - C.reshape(batch, C.shape[1], -1).to(torch.float64)).abs(),
-              (exact[1] - d.to(torch.float64)).abs())
+    change = None if exact is None else (
+        (exact[0].reshape(batch, C.shape[1], -1) - C.reshape(batch, C.shape[1], -1).to(torch.float64)).abs(),
+        (exact[1] - d.to(torch.float64)).abs())
     return C.reshape(batch, C.shape[1], *network.output_shape).contiguous(), d.contiguous(), change
 
 
 def _spec_rounding(change, out_lower, out_upper) -> torch.Tensor:
     """(B, S) float64: how far C·y + d can move when the rows (C, d) are rounded to the working
-    dtype, over the outputs' bounds: |ΔC|·max|y| + |Δd|, doubled for this sum's own rounding."""
+    dtype, over the outputs' bounds: |ΔC|·max|y| + |Δd|, doubled for this sum's own rounding;
+    None when the cast was exact."""
+    if change is None:
+        return None
     delta_C, delta_d = change
     if not (delta_C.any() or delta_d.any()):
-        return torch.zeros_like(delta_d)
+        return None
     magnitude = torch.maximum(out_lower.abs(), out_upper.abs()).reshape(out_lower.shape[0], -1, 1).to(torch.float64)
     return 2 * (delta_C.matmul(magnitude).squeeze(-1) + delta_d)
 
