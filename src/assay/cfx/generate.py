@@ -98,6 +98,7 @@ def robust_counterfactual(
     rng: np.random.Generator | None = None,
     time_limit: float | None = None,
     search: str = "skip",
+    samples: int | None = None,
 ) -> RobustCounterfactual:
     """Algorithm 2 with the exact (MILP-R) or the APΔS test (module docstring).
 
@@ -108,6 +109,11 @@ def robust_counterfactual(
         initial_margin, margin_step, max_margin: the margin schedule (paper: 0.01, +0.2, ≤ 20).
         R, alpha: APΔS's parameters (paper: 0.995, 0.999).
         rng: APΔS's sampler (default: a fresh, unseeded generator).
+        samples: the APΔS test's sample size n (default None: n = ⌈log(1 − α) / log R⌉, 1379 for the
+            paper's R and α). A larger n only strengthens the statement (confidence 1 − k·Rⁿ). The
+            published generation runs (APΔS repository, ``exp_sec7/util_scripts/utilexp.py``,
+            ``run_ours_one_delta_robust``) call their sampler with its default of 10000 models per
+            candidate; ``samples=10000`` reproduces that test.
         time_limit: seconds per MILP solve (None: no limit).
         search: ``"skip"`` (default) or ``"steps"``. ``"steps"`` is the paper's loop: every margin
             step is solved by the plain MILP (``tighten=False``) and tested in turn. ``"skip"``
@@ -134,6 +140,11 @@ def robust_counterfactual(
         target = default_target(network, np.asarray(x, float).reshape(-1))
     rng = rng if rng is not None else np.random.default_rng()
     n = sample_size(R, alpha)
+    if samples is not None:
+        if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 1:
+            raise OptionError(f"the `samples` option of robust_counterfactual must be an int ≥ 1 (the APΔS test's "
+                              f"sample size); got {samples!r}")
+        n = int(samples)
     # The paper's schedule, accumulated exactly as its loop does (m ← m + step), plus the margin
     # after the last step (what an exhausted schedule reports).
     margins = [float(initial_margin)]
@@ -185,7 +196,7 @@ def robust_counterfactual(
             if test == "exact":
                 passed = delta_robust(network, last.x_cf, list(deltas), target, time_limit=time_limit).robust
             else:
-                passed = apas_test(network, last.x_cf, deltas[0], target, R, alpha, rng=rng).passed
+                passed = apas_test(network, last.x_cf, deltas[0], target, R, alpha, rng=rng, samples=n).passed
             verdicts.append((last.x_cf, passed))
         if passed:
             return _result(last, True, test, deltas, margins[k], k + 1, tested, solves, n, R, alpha,
