@@ -110,17 +110,21 @@ def onnx_graph_model(rng: np.random.Generator, channels: int, size: int, pool: i
 
 
 @st.composite
-def pooling_graph_networks(draw):
-    """Convolutional graphs with MaxPool (lowered to ReLUs) or Pad + AveragePool, with or without a residual Add."""
+def pooling_graph_networks(draw, pooled: bool = True):
+    """Convolutional graphs with MaxPool (lowered to ReLUs, or whole) or Pad + AveragePool, with or without a
+    residual Add."""
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     channels, size = draw(st.integers(1, 2)), draw(st.integers(4, 6))
     pool, stride = draw(st.sampled_from([(2, 2), (2, 1), (3, 2), (3, 3)]))
     model = onnx_graph_model(rng, channels, size, pool, stride, draw(st.booleans()), draw(st.booleans()))
-    return load(model)
+    network = load(model)
+    # A MaxPool model also comes as its pooled twin (MaxPool2d stages relaxed window by window).
+    return network.pooled if pooled and network.pooled is not None and draw(st.booleans()) else network
 
 
-def graph_networks():
-    return st.one_of(residual_dense_networks(), pooling_graph_networks())
+def graph_networks(pooled: bool = True):
+    """Residual and pooling graphs; ``pooled=False`` leaves out MaxPool2d twins (for ReLU-only walks)."""
+    return st.one_of(residual_dense_networks(), pooling_graph_networks(pooled))
 
 
 def random_boxes(network: Network, rng: np.random.Generator, batch: int, max_width: float = 1.0):

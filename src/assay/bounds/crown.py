@@ -19,6 +19,8 @@ P = A·W with |P − A·W| ≤ γ_fan·|A|·|W| elementwise; the stage's input z
 magnitude m_z = max(|l_z|, |u_z|) of its sound bounds, so using P instead of A·W moves the
 bound by at most γ_fan·|A|·(|W|·m_z). A ReLU's slope product (and a split multiplier's sum)
 rounds each coefficient by at most u of itself, which moves the bound by at most 2u·|A'|·m_y.
+A max-pooling stage only moves coefficients (exact, unless overlapping windows sum them: one
+rounding per extra window, as for summed consumers) and adds a·max_j u_j into ``b``.
 These terms, and γ_b times the magnitude of every term added into ``b`` (its own rounded sum),
 add up in ``Backward.error``, charged once per stage on the final coefficients of each tensor.
 :func:`concretize` subtracts error + γ_n·(|A|·(|c| + r) + |b|), so
@@ -32,8 +34,8 @@ from dataclasses import dataclass
 import torch
 
 from assay.bounds.ibp import perturbation_radius
-from assay.bounds.plan import AddStage, AffineStage, Plan, ReluStage, accumulate, gamma, unit_roundoff
-from assay.bounds.relaxation import ReluRelaxation, relax_relu
+from assay.bounds.plan import AddStage, AffineStage, MaxPoolStage, Plan, ReluStage, accumulate, gamma, unit_roundoff
+from assay.bounds.relaxation import MaxPoolRelaxation, ReluRelaxation, relax_maxpool, relax_relu
 
 
 @dataclass(eq=False)
@@ -167,6 +169,16 @@ def backsubstitute(
             for source in stage.sources:
                 send(source, A)
             continue
+        if isinstance(stage, MaxPoolStage):
+            relaxation = relax_maxpool(*bounds[stage.sources[0]], stage.kernel, stage.stride)
+            if rounding:  # the window maxima's terms added into b
+                error = settle(position + 1, A, gamma_b * relaxation.upper.abs())
+            A, constant = _maxpool_backward(stage, A, relaxation)
+            b = b + constant
+            if rounding and stage.overlap > 1:  # overlapping windows sum coefficients per element
+                charge(stage.sources[0], 2 * (stage.overlap - 1) * u * _magnitude(*bounds[stage.sources[0]]))
+            send(stage.sources[0], A)
+            continue
         if isinstance(stage, ReluStage):
             relaxation = relaxations.get(position) or relax(*bounds[position])
             if rounding:  # the intercepts' terms added into b (charged on |A| ≥ |A⁻|)
@@ -209,6 +221,24 @@ def backsubstitute(
     if rounding:
         error = settle(0, A, None)
     return Backward(A, b, error)
+
+
+def _maxpool_backward(stage: MaxPoolStage, A: torch.Tensor, relaxation: MaxPoolRelaxation):
+    """Cross a max-pooling stage: coefficients (B, S, C, out_h, out_w) on its output become
+    coefficients (B, S, *in_shape) on its input, plus a constant (B, S) for b.
+
+    A window with coefficient a ≥ 0 needs a lower bound of its max: a·y ≥ a·x_i. One with a < 0
+    needs an upper bound: a·y = a·x_i where i dominates, else a·y ≥ a·max_j u_j (a constant).
+    """
+    batch, rows = A.shape[:2]
+    through = (A >= 0) | relaxation.dominant.unsqueeze(1)
+    constant = torch.where(through, torch.zeros_like(A), A * relaxation.upper.unsqueeze(1))
+    channels, height, width = stage.in_shape
+    index = relaxation.index.unsqueeze(1).expand(batch, rows, *relaxation.index.shape[1:])
+    coefficients = torch.where(through, A, torch.zeros_like(A)).reshape(batch, rows, channels, -1)
+    moved = A.new_zeros(batch, rows, channels, height * width).scatter_add(3, index.reshape(batch, rows, channels, -1),
+                                                                          coefficients)
+    return moved.reshape(batch, rows, *stage.in_shape), constant.flatten(2).sum(2)
 
 
 def rounding_scales(plan: Plan, target: int, bounds) -> dict[int, torch.Tensor]:

@@ -9,8 +9,9 @@ rounding never makes an interval optimistic.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
-from assay.bounds.plan import AddStage, AffineStage, Plan, ReluStage, unit_roundoff
+from assay.bounds.plan import AddStage, AffineStage, MaxPoolStage, Plan, ReluStage, unit_roundoff
 
 # Elements of the (batch, out, in) product tensor built at once for exact interval weights.
 _CORNER_CHUNK = 1 << 22
@@ -135,6 +136,8 @@ def interval_pass(
             lower, upper = lower.clamp(min=0), upper.clamp(min=0)
         elif isinstance(stage, AddStage):
             lower, upper = add_interval(*bounds[stage.sources[0]], *bounds[stage.sources[1]])
+        elif isinstance(stage, MaxPoolStage):  # exact: max is monotone and rounds nothing
+            lower, upper = (F.max_pool2d(t, stage.kernel, stage.stride) for t in bounds[stage.sources[0]])
         else:
             lower, upper = _affine_interval(stage, *bounds[stage.sources[0]], deltas.get(position, 0.0))
         bounds.append((lower, upper))

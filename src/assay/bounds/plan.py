@@ -24,10 +24,10 @@ import torch
 import torch.nn.functional as F
 
 from assay.errors import UnsupportedOperatorError
-from assay.nn.layers import Add, AvgPool2d, Conv2d, Flatten, Linear, ReLU, Reshape
+from assay.nn.layers import Add, AvgPool2d, Conv2d, Flatten, Linear, MaxPool2d, ReLU, Reshape
 from assay.nn.network import Network
 
-SUPPORTED = "Linear, Conv2d, ReLU, AvgPool2d, Flatten, Reshape, Add"
+SUPPORTED = "Linear, Conv2d, ReLU, AvgPool2d, MaxPool2d, Flatten, Reshape, Add"
 
 
 @dataclass(frozen=True, eq=False)
@@ -136,13 +136,31 @@ class AddStage:
     sources: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True, eq=False)
+class MaxPoolStage:
+    """``y = max`` over each window of one earlier tensor (no padding); relaxed window by window
+    (:func:`assay.bounds.relaxation.relax_maxpool`)."""
+
+    index: int
+    in_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    sources: tuple[int, ...] = ()
+
+    @property
+    def overlap(self) -> int:
+        """The most windows one input element belongs to (1 when the windows do not overlap)."""
+        return math.prod(-(-k // s) for k, s in zip(self.kernel, self.stride))
+
+
 class Plan:
     """The stages of a network in one dtype. Obtain with :func:`plan_for`."""
 
     def __init__(self, network: Network, dtype: torch.dtype):
         self.network = network
         self.dtype = dtype
-        self.stages: list[AffineStage | ReluStage | AddStage] = []
+        self.stages: list[AffineStage | ReluStage | AddStage | MaxPoolStage] = []
         for index, layer in enumerate(network.layers):
             reads = network.sources[index]
             in_shape, out_shape = network.shapes[reads[0]], network.shapes[index + 1]
@@ -150,6 +168,8 @@ class Plan:
                 self.stages.append(ReluStage(index, in_shape, reads))
             elif isinstance(layer, Add):
                 self.stages.append(AddStage(index, out_shape, reads))
+            elif isinstance(layer, MaxPool2d):
+                self.stages.append(MaxPoolStage(index, in_shape, out_shape, layer.kernel_size, layer.stride, reads))
             elif isinstance(layer, Linear):
                 weight, bias = network.parameters_as(index, dtype)
                 self.stages.append(
@@ -174,6 +194,7 @@ class Plan:
                 )
         self.relu_positions = [i for i, s in enumerate(self.stages) if isinstance(s, ReluStage)]
         self.is_chain = network.is_chain
+        self.has_maxpool = any(isinstance(s, MaxPoolStage) for s in self.stages)
         # The rounding factor: every backward or forward product sums at most `fan` terms per
         # entry; adding the layers' fans bounds the relative error of the whole chain. In a graph
         # a coefficient reaching a tensor along several paths is summed once per extra consumer:
@@ -189,6 +210,15 @@ class Plan:
         for position, stage in enumerate(self.stages):
             for source in stage.sources:
                 self.last_use[source] = position
+
+
+    def require_no_maxpool(self, what: str) -> None:
+        """Raise a clear error where ``what`` walks ReLU networks only (a MaxPool2d stage is not one)."""
+        if self.has_maxpool:
+            raise UnsupportedOperatorError(
+                f"{what} does not support MaxPool2d layers ({self.network.source}); use the network as loaded "
+                "(MaxPool lowered to ReLUs), not its `pooled` twin"
+            )
 
 
 def _shared_groups(conv: Conv2d, weight: torch.Tensor) -> int:

@@ -67,6 +67,7 @@ def relu_coefficients(
         slope where it is < 0 (the side a lower bound needs): that product is Λ.
     """
     plan = plan_for(network, torch.float64)
+    plan.require_no_maxpool("relu_coefficients")  # it holds the bounds of ReLU inputs only
     batch = intermediate.batch_size
     C = torch.as_tensor(C, dtype=torch.float64)
     if C.dim() == 2:

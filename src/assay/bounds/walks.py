@@ -54,6 +54,7 @@ def gradient_bounds(network: Network, rows: torch.Tensor, intermediate: Intermed
         :class:`GradientBounds` (float64).
     """
     plan = plan_for(network, torch.float64)
+    plan.require_no_maxpool("gradient_bounds")
     count = rows.shape[0]
     pending = {len(plan.stages): (rows.abs().to(torch.float64).reshape(count, 1, *network.output_shape),)}
     k = len(plan.relu_positions)
@@ -122,6 +123,7 @@ def input_sensitivities(network: Network) -> tuple[torch.Tensor, ...]:
     S·(how far the box grew) to get valid bounds on the grown box without bounding it again.
     """
     plan = plan_for(network, torch.float64)
+    plan.require_no_maxpool("input_sensitivities")
     n = network.input_size
     values = [torch.eye(n, dtype=torch.float64).reshape(n, *network.input_shape)]  # one column per input
     per_layer = []
@@ -161,6 +163,7 @@ def affine_forms(network: Network, signs: Sequence[torch.Tensor]):
         in float64 and without rounding bounds: for oracles (LPs), never for a verdict.
     """
     plan = plan_for(network, torch.float64)
+    plan.require_no_maxpool("affine_forms")
     n = network.input_size
     # (linear part with one row per input, offset) of every tensor
     values = [(torch.eye(n, dtype=torch.float64).reshape(n, *network.input_shape),

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from assay.errors import ModelLoadError, UnsupportedOperatorError
-from assay.nn.layers import Add, AvgPool2d, Conv2d, Flatten, Linear, ReLU, Reshape
+from assay.nn.layers import Add, AvgPool2d, Conv2d, Flatten, Linear, MaxPool2d, ReLU, Reshape
 
 __all__ = ["LayerBuilder"]
 
@@ -58,7 +58,8 @@ class LayerBuilder:
     messages.
     """
 
-    def __init__(self, input_shape: tuple[int, ...]):
+    def __init__(self, input_shape: tuple[int, ...], lower_maxpool: bool = True):
+        self.lower_maxpool = lower_maxpool  # False: MaxPool stays one MaxPool2d layer (a `pooled` twin)
         self.shape = tuple(int(d) for d in input_shape)
         self.layers: list = []
         self.sources: list[tuple[int, ...]] = []
@@ -155,13 +156,18 @@ class LayerBuilder:
         self._append(Conv2d(weight, np.zeros(channels), (1, 1), _pair(padding), (1, 1), channels, fixed=True), where)
 
     def maxpool(self, kernel_size, stride, where: str) -> None:
-        """Max pooling without padding, lowered to convolutions, ReLUs and Adds (exact)."""
+        """Max pooling without padding, lowered to convolutions, ReLUs and Adds (exact); with
+        ``lower_maxpool=False``, one :class:`MaxPool2d` layer."""
         if len(self.shape) != 3:
             raise ModelLoadError(f"{where}: max pooling needs an image (C, H, W); got shape {self.shape}")
         (kh, kw), (sh, sw) = _pair(kernel_size), _pair(stride)
         channels, height, width = self.shape
         if height < kh or width < kw:
             raise ModelLoadError(f"{where}: a {kh}x{kw} max pool does not fit an input of shape {self.shape}")
+        if not self.lower_maxpool:
+            self._emit_pending(where)
+            self._append(MaxPool2d((kh, kw), (sh, sw)), where)
+            return
         source = self.materialize(where)
         # Round 0 reads the window's elements straight from the input (a strided kxk selection);
         # later rounds read the previous round's candidates (1x1 convolutions), n per channel.

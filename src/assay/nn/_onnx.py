@@ -35,6 +35,7 @@ Contract:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -63,7 +64,12 @@ def load_onnx(source, input_shape=None) -> Network:
         onnx.checker.check_model(model)
     except Exception as exc:  # onnx raises ValidationError and, for odd protos, other errors
         raise ModelLoadError(f"{name} is not a valid ONNX model ({exc}); re-export it from its framework") from exc
-    return _Converter(model, name).run(input_shape)
+    network = _Converter(model, name).run(input_shape)
+    if any(node.op_type == "MaxPool" for node in model.graph.node):
+        # The same graph with each MaxPool kept whole: its bounds are far tighter (see Network.pooled).
+        pooled = _Converter(model, name).run(input_shape, lower_maxpool=False)
+        network = replace(network, pooled=pooled)
+    return network
 
 
 def _read(source):
@@ -107,7 +113,7 @@ class _Converter:
             raise ModelLoadError(f"{name}: an initializer could not be read ({exc})") from exc
 
     # ------------------------------------------------------------------ graph interface
-    def run(self, input_shape) -> Network:
+    def run(self, input_shape, lower_maxpool: bool = True) -> Network:
         graph = self.graph
         inputs = [i for i in graph.input if i.name not in self.constants]
         if len(inputs) != 1:
@@ -136,7 +142,7 @@ class _Converter:
             self.lead, shape, self.batch_dim = 1, dims[1:], dims[0]
         shape = self._resolve_shape(graph_input.name, shape, input_shape)
 
-        self.builder = LayerBuilder(shape)
+        self.builder = LayerBuilder(shape, lower_maxpool)
         self.current = graph_input.name
         self.tensors = {graph_input.name: 0}  # activation names other nodes may read → tensor index
         output_name = graph.output[0].name

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from assay.errors import ModelLoadError
 
-__all__ = ["Layer", "Linear", "Conv2d", "ReLU", "AvgPool2d", "Flatten", "Reshape", "Add", "AFFINE_LAYERS"]
+__all__ = ["Layer", "Linear", "Conv2d", "ReLU", "AvgPool2d", "MaxPool2d", "Flatten", "Reshape", "Add", "AFFINE_LAYERS"]
 
 
 def _as_float64(tensor, name: str) -> torch.Tensor:
@@ -162,6 +162,35 @@ class AvgPool2d:
         weight = torch.full((channels, 1, kh, kw), 1.0 / (kh * kw), dtype=torch.float64)
         return Conv2d(weight, torch.zeros(channels, dtype=torch.float64), self.stride, self.padding, (1, 1), channels,
                       fixed=True)
+
+    num_parameters = 0
+
+
+@dataclass(frozen=True)
+class MaxPool2d:
+    """Max pooling without padding (each output is the largest element of its window).
+
+    Loaders keep it only in a network's :attr:`~assay.nn.Network.pooled` twin, whose bounds the
+    engine relaxes window by window; the network itself carries MaxPool lowered to ReLUs
+    (exact), the form that complete methods (ReLU splitting, leaf LPs) need.
+    """
+
+    kernel_size: tuple[int, int]
+    stride: tuple[int, int]
+
+    def __post_init__(self):
+        object.__setattr__(self, "kernel_size", _pair(self.kernel_size))
+        object.__setattr__(self, "stride", _pair(self.stride))
+
+    def output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
+        if len(input_shape) != 3:
+            raise ModelLoadError(f"a MaxPool2d layer needs an image input (C, H, W); got shape {input_shape}")
+        channels, height, width = input_shape
+        out_h = (height - self.kernel_size[0]) // self.stride[0] + 1
+        out_w = (width - self.kernel_size[1]) // self.stride[1] + 1
+        if out_h < 1 or out_w < 1:
+            raise ModelLoadError(f"a MaxPool2d with kernel {self.kernel_size} does not fit an input of shape {input_shape}")
+        return (channels, out_h, out_w)
 
     num_parameters = 0
 

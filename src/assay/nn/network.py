@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from assay.errors import DataError, ModelLoadError
-from assay.nn.layers import ARITY, Add, AvgPool2d, Conv2d, Flatten, Layer, Linear, ReLU, Reshape
+from assay.nn.layers import ARITY, Add, AvgPool2d, Conv2d, Flatten, Layer, Linear, MaxPool2d, ReLU, Reshape
 
 __all__ = ["Network"]
 
@@ -29,7 +29,8 @@ class Network:
     """A graph of layers, in topological order, applied to inputs of shape ``(batch, *input_shape)``.
 
     Layers are :class:`Linear`, :class:`Conv2d`, :class:`ReLU`, :class:`AvgPool2d`,
-    :class:`Flatten`, :class:`Reshape` and :class:`Add`; loaders fold batch normalisation and
+    :class:`Flatten`, :class:`Reshape` and :class:`Add` (and :class:`MaxPool2d`, in
+    :attr:`pooled` twins only); loaders fold batch normalisation and
     input normalisation into the neighbouring affine layers and lower MaxPool to convolutions,
     ReLUs and Adds (``max(a, b) = a + relu(b − a)``, exact). Parameters are stored in float64;
     :meth:`forward` runs in float32 or float64.
@@ -47,6 +48,10 @@ class Network:
         source: where the network came from (a path or a description), for messages.
         sources: per layer, the indices of the tensors it reads.
         shapes: the shape of every tensor (``shapes[0]`` the input, ``shapes[-1]`` the output).
+        pooled: for a model with MaxPool, the same function with :class:`MaxPool2d` layers kept
+            whole (else None). Bound propagation relaxes a pooling window as one max, which is
+            far tighter than relaxing its lowered ReLUs one by one; complete methods (ReLU
+            splitting, leaf LPs) read the lowered layers. Analyses that only bound may use either.
     """
 
     layers: tuple[Layer, ...]
@@ -55,6 +60,7 @@ class Network:
     output_name: str = "Y"
     source: str = "<network>"
     sources: tuple[tuple[int, ...], ...] | None = None
+    pooled: Network | None = field(default=None, repr=False, compare=False)
     shapes: tuple[tuple[int, ...], ...] = field(init=False, repr=False)
     _cast_cache: dict = field(init=False, repr=False, compare=False)
 
@@ -72,7 +78,7 @@ class Network:
         shapes = [input_shape]
         for index, (layer, reads) in enumerate(zip(layers, sources)):
             kind = type(layer).__name__
-            if not isinstance(layer, (Linear, Conv2d, ReLU, AvgPool2d, Flatten, Reshape, Add)):
+            if not isinstance(layer, (Linear, Conv2d, ReLU, AvgPool2d, MaxPool2d, Flatten, Reshape, Add)):
                 raise ModelLoadError(f"{self.source}: layer {index} is a {kind}, not an assay layer")
             arity = ARITY.get(type(layer), 1)
             if len(reads) != arity or not all(0 <= s <= index for s in reads):
@@ -186,6 +192,8 @@ class Network:
             return torch.relu(x)
         if isinstance(layer, AvgPool2d):
             return F.avg_pool2d(x, layer.kernel_size, layer.stride, layer.padding, count_include_pad=True)
+        if isinstance(layer, MaxPool2d):
+            return F.max_pool2d(x, layer.kernel_size, layer.stride)
         if isinstance(layer, Reshape):
             return x.reshape(x.shape[0], *layer.shape)
         return x.reshape(x.shape[0], -1)
@@ -233,6 +241,8 @@ class Network:
                 module = torch.nn.ReLU()
             elif isinstance(layer, AvgPool2d):
                 module = torch.nn.AvgPool2d(layer.kernel_size, layer.stride, layer.padding, count_include_pad=True)
+            elif isinstance(layer, MaxPool2d):
+                module = torch.nn.MaxPool2d(layer.kernel_size, layer.stride)
             elif isinstance(layer, Reshape):
                 module = _Reshape(layer.shape)
             elif isinstance(layer, Add):

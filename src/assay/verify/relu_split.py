@@ -29,6 +29,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from assay.bounds import AlphaCrownOptions, BetaCrownOptions, IntermediateBounds, compute_bounds, gradient_bounds
+from assay.errors import UnsupportedOperatorError
+from assay.nn.layers import MaxPool2d
 from assay.nn.network import Network
 from assay.verify.attack import confirm, pgd
 from assay.verify.deadline import Deadline
@@ -40,6 +42,7 @@ from assay.verify.search import BoundedBranches, Branches, LeafDecision, SearchS
 def conjunction_searches(network: Network, query: UnsafeQuery, *, dtype: str = "float64",
                          deadline: Deadline | None = None,
                          tighten: list[tuple[ReluSplitting, SearchState]] | None = None,
+                         pooled_upper: torch.Tensor | None = None,
                          ) -> list[tuple[ReluSplitting, SearchState]]:
     """One ReLU-splitting search per conjunction of the query: (strategy, root state) pairs.
 
@@ -48,7 +51,9 @@ def conjunction_searches(network: Network, query: UnsafeQuery, *, dtype: str = "
     search starts from its rows of that bound (:attr:`ReluSplitting.refuted_at_root` tells
     which need no search): the intermediate bounds, the costly part on wide networks, are
     computed once instead of once per conjunction. (α is optimised per row, so the rows' bounds
-    are those of separate calls.)
+    are those of separate calls.) For a network loaded with MaxPool (``network.pooled``), the
+    twin's bounds of the rows (:func:`pooled_upper_bounds`; ``pooled_upper`` when the caller
+    has them) are taken where tighter.
 
     ``tighten``: the searches of an earlier call for the same query. Their root's pre-activation
     bounds are tightened by intermediate α-CROWN (each unstable neuron's bounds optimised on
@@ -58,10 +63,16 @@ def conjunction_searches(network: Network, query: UnsafeQuery, *, dtype: str = "
     """
     start = None if not tighten else tighten[0][0].root_bounds.intermediate
     shared = _root_bounds(network, query, query.C, query.d, dtype, deadline, start)
+    if pooled_upper is None and not tighten:
+        pooled_upper = pooled_upper_bounds(network, query, dtype, deadline)
+    if pooled_upper is not None:
+        shared = replace(shared, upper=torch.minimum(shared.upper, pooled_upper))
     searches = []
     for g in range(query.num_groups):
         rows = query.groups == g
         root = _rows_of(shared, rows)
+        if tighten:  # the earlier call's bounds hold too (e.g. the pooled twin's): keep the tighter
+            root = replace(root, upper=torch.minimum(root.upper, tighten[g][0].root_bounds.upper))
         strategy = ReluSplitting(network, query, query.C[rows], query.d[rows], dtype=dtype, root_bounds=root)
         searches.append((strategy, strategy.root()))
     return searches
@@ -73,6 +84,31 @@ def _root_bounds(network, query, C, d, dtype, deadline: Deadline | None, tighten
     return compute_bounds(network, box, spec=(C, d), method="alpha", dtype=dtype, sides="upper",
                           options=AlphaCrownOptions(iterations=20), return_linear=True,
                           deadline=None if deadline is None else deadline.at, **refine)
+
+
+def pooled_upper_bounds(network: Network, query: UnsafeQuery, dtype: str = "float64",
+                        deadline: Deadline | None = None) -> torch.Tensor | None:
+    """Upper bounds (1, S) of the query's rows by α-CROWN on ``network.pooled``, or None
+    without a pooled twin.
+
+    The twin computes the same function with MaxPool kept whole, so these are sound bounds of
+    the same rows, and far tighter where pooling windows are nearly tied (one max relaxed as a
+    whole instead of a tournament of ReLUs); they cost a fraction of the lowered network's. A
+    search, which splits ReLUs, still runs on the lowered network.
+    """
+    pooled = network.pooled
+    if pooled is None:
+        return None
+    box = query.lower.reshape(1, *pooled.input_shape), query.upper.reshape(1, *pooled.input_shape)
+    return compute_bounds(pooled, box, spec=(query.C, query.d), method="alpha", dtype=dtype, sides="upper",
+                          options=AlphaCrownOptions(iterations=20),
+                          deadline=None if deadline is None else deadline.at).upper
+
+
+def refutes_every_conjunction(query: UnsafeQuery, upper: torch.Tensor) -> bool:
+    """Whether row upper bounds ``upper`` (1, S) put some negative row in every conjunction."""
+    negative = upper.reshape(-1) < 0
+    return all(bool(negative[query.groups == g].any()) for g in range(query.num_groups))
 
 
 def _rows_of(result, rows: torch.Tensor):
@@ -114,6 +150,11 @@ class ReluSplitting:
 
     def __init__(self, network: Network, query: UnsafeQuery, C: torch.Tensor, d: torch.Tensor, *,
                  dtype: str = "float64", beta_iterations: int = 10, root_bounds=None):
+        if any(isinstance(layer, MaxPool2d) for layer in network.layers):
+            # Splitting ReLUs decides a domain only when the network is piecewise linear in them.
+            raise UnsupportedOperatorError(
+                f"ReLU splitting needs MaxPool lowered to ReLUs; {network.source} has MaxPool2d layers (a `pooled` "
+                "twin?): verify the network as assay.nn.load returns it")
         self.network, self.query, self.C, self.d, self.dtype = network, query, C, d, dtype
         self._options = BetaCrownOptions(iterations=beta_iterations)
         self._root_bounds = root_bounds  # the root's bounds when already computed (shared by conjunctions)
