@@ -109,6 +109,23 @@ def onnx_graph_model(rng: np.random.Generator, channels: int, size: int, pool: i
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
+def tied_maxpool_model(rng, pool, stride):
+    """Conv (positive weights) → Relu → MaxPool → Flatten → Gemm on 1x6x6 images: on a nearly
+    constant image every window holds nearly equal, active values."""
+    side = (5 - pool) // stride + 1
+    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in (
+        ("w1", rng.uniform(0.2, 1.0, (2, 1, 2, 2))), ("b1", rng.uniform(0.0, 0.3, 2)),
+        ("w2", rng.normal(0, 1.0, (3, 2 * side * side))), ("b2", rng.normal(0, 0.3, 3)))]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c"]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["m"], kernel_shape=[pool, pool], strides=[stride, stride]),
+             helper.make_node("Flatten", ["m"], ["f"], axis=1), helper.make_node("Gemm", ["f", "w2", "b2"], ["y"], transB=1)]
+    graph = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])], inits)
+    network = load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    assert network.pooled is not None
+    return network
+
+
 @st.composite
 def pooling_graph_networks(draw, pooled: bool = True):
     """Convolutional graphs with MaxPool (lowered to ReLUs, or whole) or Pad + AveragePool, with or without a

@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from onnx import TensorProto, helper, numpy_helper
 
 from assay.bounds import AlphaCrownOptions, compute_bounds
 from assay.bounds.relaxation import relax_maxpool
@@ -19,7 +18,7 @@ from assay.nn.layers import MaxPool2d
 from assay.nn.network import Network
 from assay.verify.relu_split import ReluSplitting
 
-from .strategies import onnx_graph_model
+from .strategies import onnx_graph_model, tied_maxpool_model
 
 POOLS = [((2, 2), (2, 2)), ((3, 3), (1, 1)), ((2, 3), (1, 2)), ((3, 2), (2, 1))]
 
@@ -95,23 +94,6 @@ def pooled_model(rng, pool, stride, residual=False):
     return network
 
 
-def tied_model(rng, pool, stride):
-    """Conv (positive weights) → Relu → MaxPool → Flatten → Gemm on 1x6x6 images: on a nearly
-    constant image every window holds nearly equal, active values."""
-    side = (5 - pool) // stride + 1
-    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in (
-        ("w1", rng.uniform(0.2, 1.0, (2, 1, 2, 2))), ("b1", rng.uniform(0.0, 0.3, 2)),
-        ("w2", rng.normal(0, 1.0, (3, 2 * side * side))), ("b2", rng.normal(0, 0.3, 3)))]
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c"]), helper.make_node("Relu", ["c"], ["r"]),
-             helper.make_node("MaxPool", ["r"], ["m"], kernel_shape=[pool, pool], strides=[stride, stride]),
-             helper.make_node("Flatten", ["m"], ["f"], axis=1), helper.make_node("Gemm", ["f", "w2", "b2"], ["y"], transB=1)]
-    graph = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 6, 6])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])], inits)
-    network = load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
-    assert network.pooled is not None and any(isinstance(layer, MaxPool2d) for layer in network.pooled.layers)
-    return network
-
-
 def attack_maximum(network, lower, upper, rows, steps=60):
     """The largest value of each row found by projected gradient ascent from the box's corners and centre."""
     best = torch.full((rows.shape[0],), -torch.inf, dtype=torch.float64)
@@ -136,7 +118,7 @@ def test_pooled_bounds_hold_on_nearly_tied_windows(pool, stride, dtype):
     is a near tie. IBP, CROWN and α-CROWN bounds of the pooled twin (both output sides) contain
     every sampled and attacked output, and its CROWN bounds are tighter than the lowered network's."""
     rng = np.random.default_rng(7)
-    network = tied_model(rng, pool, stride)
+    network = tied_maxpool_model(rng, pool, stride)
     pooled = network.pooled
     center = torch.full((1, *network.input_shape), 0.5, dtype=torch.float64)
     center = center + 1e-3 * torch.as_tensor(rng.normal(size=center.shape))

@@ -75,3 +75,26 @@ def test_graph_network_bounds_contain_sampled_outputs(data_dir, name):
     for result in (ibp, crown):
         assert (outputs >= result.lower).all() and (outputs <= result.upper).all(), result.method
     assert (crown.upper - crown.lower).mean() <= (ibp.upper - ibp.lower).mean()
+
+
+@pytest.mark.data
+def test_the_pooled_twin_matches_onnxruntime_and_its_bounds_hold(data_dir):
+    """The MaxPool network's twin (MaxPool2d layers) computes what onnxruntime computes, and its
+    CROWN bounds (intermediate bounds refined: cheap without the lowered pooling ReLUs) contain
+    sampled outputs and are tighter than the lowered network's."""
+    path = _path(data_dir, "verivital/Convnet_maxpool.onnx")
+    network = load(path)
+    assert network.pooled is not None and len(network.pooled.layers) < len(network.layers)
+    x = np.random.default_rng(1).uniform(0.0, 1.0, size=(3, *network.input_shape)).astype(np.float32)
+    assert_matches_ort(network.pooled, onnx.load(str(path)), x, label="pooled twin")
+    torch.manual_seed(1)
+    center = torch.rand(1, *network.input_shape, dtype=torch.float64)
+    box = (center - 0.01, center + 0.01)
+    pooled = compute_bounds(network.pooled, box, method="crown")
+    lowered = compute_bounds(network, box, method="crown", intermediate=compute_bounds(network, box, method="ibp").intermediate,
+                             refine_intermediate=False)
+    samples = center + 0.01 * (2 * torch.rand(2000, *network.input_shape, dtype=torch.float64) - 1)
+    samples[:500] = center + 0.01 * torch.sign(samples[:500] - center)
+    outputs = network.pooled.forward(samples).reshape(len(samples), -1)
+    assert (outputs >= pooled.lower).all() and (outputs <= pooled.upper).all()
+    assert (pooled.upper - pooled.lower).mean() < (lowered.upper - lowered.lower).mean()
