@@ -36,6 +36,7 @@ from assay.verify.attack import confirm, pgd
 from assay.verify.deadline import Deadline
 from assay.verify.leaf_lp import HOLDS, VIOLATED, decide_leaf, is_leaf
 from assay.verify.problem import UnsafeQuery
+from assay.verify.root_lp import open_rows_lp_bounds
 from assay.verify.search import BoundedBranches, Branches, LeafDecision, SearchState, SearchStats
 
 
@@ -53,7 +54,8 @@ def conjunction_searches(network: Network, query: UnsafeQuery, *, dtype: str = "
     computed once instead of once per conjunction. (α is optimised per row, so the rows' bounds
     are those of separate calls.) For a network loaded with MaxPool (``network.pooled``), the
     twin's bounds of the rows (:func:`pooled_upper_bounds`; ``pooled_upper`` when the caller
-    has them) are taken where tighter.
+    has them) are taken where tighter; for a network with one ReLU layer, the rows still open
+    are bounded by the LP of :mod:`assay.verify.root_lp`.
 
     ``tighten``: the searches of an earlier call for the same query. Their root's pre-activation
     bounds are tightened by intermediate α-CROWN (each unstable neuron's bounds optimised on
@@ -67,6 +69,10 @@ def conjunction_searches(network: Network, query: UnsafeQuery, *, dtype: str = "
         pooled_upper = pooled_upper_bounds(network, query, dtype, deadline)
     if pooled_upper is not None:
         shared = replace(shared, upper=torch.minimum(shared.upper, pooled_upper))
+    if not tighten:  # one ReLU layer: the rows left open get the (far tighter) hull LP's bounds
+        hull = open_rows_lp_bounds(network, query, shared, None if deadline is None else deadline.at)
+        if hull is not None:
+            shared = replace(shared, upper=torch.minimum(shared.upper, hull.to(shared.upper.dtype)))
     searches = []
     for g in range(query.num_groups):
         rows = query.groups == g
