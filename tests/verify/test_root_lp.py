@@ -1,0 +1,176 @@
+"""The hull LP of one-ReLU-layer networks (assay.verify.root_lp) and its weak-duality certificate.
+
+Falsified against the exact maximum (every activation pattern's LP, enumerated), rows placed
+1e-4 from zero, multipliers that are not optimal, and α-CROWN (which the LP must never lose to).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from scipy.optimize import linprog
+
+from assay._lp_certificate import dual_upper_bound
+from assay.bounds import AlphaCrownOptions, compute_bounds
+from assay.nn import Conv2d, Flatten, Linear, Network, ReLU
+from assay.nn.layers import AvgPool2d
+from assay.sets import Box
+from assay.verify import VerificationStatus, verify
+from assay.verify.root_lp import one_layer_form, root_lp_upper_bounds
+
+
+def dense_net(rng, inputs=3, hidden=6, outputs=2):
+    return Network((Linear(rng.normal(size=(hidden, inputs)), rng.normal(size=hidden) * 0.5), ReLU(),
+                    Linear(rng.normal(size=(outputs, hidden)), rng.normal(size=outputs))), (inputs,))
+
+
+def conv_net(rng):
+    """1x3x3 image → 2x2 convolution (2 channels, 4 inputs per neuron: 8 neurons) → ReLU → 2x2 average
+    pool → Linear."""
+    return Network((Conv2d(rng.normal(size=(2, 1, 2, 2)), rng.normal(size=2) * 0.3), ReLU(), AvgPool2d(2, 2),
+                    Flatten(), Linear(rng.normal(size=(2, 2)), rng.normal(size=2))), (1, 3, 3))
+
+
+def exact_maximum(network, form, lower, upper, row, offset):
+    """max over the box of row·f(x) + offset, by one LP per activation pattern of the hidden layer."""
+    W, b = form.W.toarray(), form.b
+    c, constant = row @ form.M, row @ form.m + offset
+    best = -np.inf
+    for pattern in itertools.product((0.0, 1.0), repeat=len(b)):
+        s = np.array(pattern)
+        sign = np.where(s > 0, -1.0, 1.0)  # active: −(Wx + b) ≤ 0; inactive: Wx + b ≤ 0
+        result = linprog(-(c * s) @ W, A_ub=sign[:, None] * W, b_ub=-sign * b, bounds=list(zip(lower, upper)),
+                         method="highs")
+        if result.status == 0:
+            best = max(best, -result.fun + (c * s) @ b + constant)
+    return best
+
+
+def z_bounds(network, lower, upper):
+    shape = network.input_shape
+    box = (torch.as_tensor(lower).reshape(1, *shape), torch.as_tensor(upper).reshape(1, *shape))
+    result = compute_bounds(network, box, method="ibp")
+    return (result.intermediate.lower[0][0].reshape(-1).numpy(), result.intermediate.upper[0][0].reshape(-1).numpy())
+
+
+@pytest.mark.parametrize("kind", ["dense", "conv", "dense_wide"])
+@pytest.mark.parametrize("seed", range(4))
+def test_the_lp_bound_is_at_least_the_exact_maximum_and_at_most_alpha_crowns(kind, seed):
+    rng = np.random.default_rng(seed)
+    network = {"dense": lambda: dense_net(rng), "conv": lambda: conv_net(rng),
+               "dense_wide": lambda: dense_net(rng, inputs=10, hidden=6)}[kind]()  # 10 inputs: big-M rows only
+    form = one_layer_form(network)
+    assert form is not None
+    n = network.input_size
+    center = rng.uniform(-0.5, 0.5, n)
+    lower, upper = center - 0.6, center + 0.6
+    z_lower, z_upper = z_bounds(network, lower, upper)
+    rows = np.vstack([np.eye(network.output_size), -np.eye(network.output_size)])
+    exact = np.array([exact_maximum(network, form, lower, upper, row, 0.0) for row in rows])
+    # Offsets put every row's exact maximum at +1e-4 or −1e-4: the bound must stay above it.
+    for shift in (1e-4, -1e-4):
+        offsets = shift - exact
+        bound = root_lp_upper_bounds(form, lower, upper, rows, offsets, z_lower, z_upper)
+        assert (bound >= shift - 1e-12).all(), (bound, shift)
+    box = (torch.as_tensor(lower).reshape(1, *network.input_shape), torch.as_tensor(upper).reshape(1, *network.input_shape))
+    alpha = compute_bounds(network, box, spec=torch.as_tensor(rows), method="alpha", sides="upper",
+                           options=AlphaCrownOptions(iterations=30)).upper[0].numpy()
+    bound = root_lp_upper_bounds(form, lower, upper, rows, np.zeros(len(rows)), z_lower, z_upper)
+    assert (bound <= alpha + 1e-6).all()
+    samples = rng.uniform(lower, upper, size=(2000, n))
+    values = network.forward(torch.as_tensor(samples).reshape(-1, *network.input_shape)).reshape(2000, -1).numpy() @ rows.T
+    assert (values.max(0) <= exact + 1e-9).all()  # the enumeration itself is right
+
+
+def test_the_one_layer_form_is_the_network():
+    rng = np.random.default_rng(0)
+    for network in (dense_net(rng), conv_net(rng)):
+        form = one_layer_form(network)
+        x = rng.normal(size=(50, network.input_size))
+        mine = np.maximum(x @ form.W.T.toarray() + form.b, 0) @ form.M.T + form.m
+        theirs = network.forward(torch.as_tensor(x).reshape(-1, *network.input_shape)).reshape(50, -1).numpy()
+        assert np.allclose(mine, theirs, atol=1e-12)
+    deeper = Network((Linear(rng.normal(size=(4, 3)), np.zeros(4)), ReLU(), Linear(rng.normal(size=(4, 4)), np.zeros(4)),
+                      ReLU(), Linear(rng.normal(size=(2, 4)), np.zeros(2))), (3,))
+    assert one_layer_form(deeper) is None
+
+
+def test_any_multipliers_give_a_valid_bound_and_optimal_ones_a_tight_one():
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        n, m = 6, 9
+        A = sp.csr_matrix(rng.normal(size=(m, n)))
+        b = rng.uniform(0.5, 2.0, m)
+        A_eq = sp.csr_matrix(rng.normal(size=(1, n)))
+        b_eq = np.array([0.1])
+        w = rng.normal(size=n)
+        lower, upper = -np.ones(n), np.ones(n)
+        solution = linprog(-w, A_ub=A, b_ub=b, A_eq=A_eq, b_eq=b_eq, bounds=list(zip(lower, upper)), method="highs")
+        assert solution.status == 0
+        optimum = -solution.fun
+        lam, mu = -solution.ineqlin.marginals, -solution.eqlin.marginals
+        tight = dual_upper_bound(w, A, b, A_eq, b_eq, lower, upper, lam, mu)
+        assert optimum - 1e-9 <= tight <= optimum + 1e-6
+        for _ in range(5):  # any λ ≥ 0 (negative entries are clipped) and any μ
+            loose = dual_upper_bound(w, A, b, A_eq, b_eq, lower, upper, rng.normal(size=m), rng.normal(size=1))
+            assert loose >= optimum - 1e-9
+    # an unbounded variable left with a positive reduced coefficient: no finite bound
+    assert dual_upper_bound(np.array([1.0]), None, None, None, None, np.array([0.0]), np.array([np.inf]), None, None) == np.inf
+
+
+def _open_row_case():
+    """A conv network and box where α-CROWN leaves y0 − y1 open above some threshold that the LP refutes."""
+    rng = np.random.default_rng(11)
+    network = conv_net(rng)
+    lower, upper = np.full(9, -1.0), np.full(9, 1.0)
+    form = one_layer_form(network)
+    row = np.array([1.0, -1.0])
+    exact = exact_maximum(network, form, lower, upper, row, 0.0)
+    box = (torch.as_tensor(lower).reshape(1, 1, 3, 3), torch.as_tensor(upper).reshape(1, 1, 3, 3))
+    alpha = compute_bounds(network, box, spec=torch.as_tensor(row).reshape(1, 2), method="alpha", sides="upper",
+                           options=AlphaCrownOptions(iterations=20)).upper[0, 0].item()
+    return network, Box(box[0][0], box[1][0]), exact, alpha
+
+
+def test_verify_refutes_through_the_lp_where_alpha_leaves_the_row_open_and_finds_violations_next_to_it():
+    network, box, exact, alpha = _open_row_case()
+    assert alpha > exact + 0.05  # α-CROWN alone leaves a gap here
+    form = one_layer_form(network)
+    z_lower, z_upper = z_bounds(network, box.lower.reshape(-1).numpy(), box.upper.reshape(-1).numpy())
+    hull = root_lp_upper_bounds(form, box.lower.reshape(-1).numpy(), box.upper.reshape(-1).numpy(),
+                                np.array([[1.0, -1.0]]), np.zeros(1), z_lower, z_upper)[0]
+    threshold = (hull + alpha) / 2  # between the LP's bound and α-CROWN's
+    unsafe = _unsafe_difference(threshold)
+    result = verify(network, box, unsafe=unsafe, timeout=60, strategy="relu", attack_restarts=0)
+    assert result.status is VerificationStatus.HOLDS and result.stats.domains == 0
+    result = verify(network, box, unsafe=_unsafe_difference(exact - 1e-4), timeout=60, strategy="relu")
+    assert result.status is VerificationStatus.VIOLATED
+
+
+def _unsafe_difference(threshold):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(conjunctions=(SimpleNamespace(C=torch.tensor([[1.0, -1.0]], dtype=torch.float64),
+                                                         d=torch.tensor([-threshold], dtype=torch.float64)),))
+
+
+@pytest.mark.data
+@pytest.mark.parametrize("prop", ["prop_7_0.04", "prop_14_0.04"])
+def test_verivital_avgpool_rows_hold_at_the_root(data_dir, prop):
+    """VNN-COMP 2021 verivital rows 27 and 34: α-CROWN leaves rows open at +0.45/+0.49 and +0.05 (the
+    searches timed out at 300 s); the hull LP bounds them at −0.49/−0.71 and −0.79."""
+    import assay.nn as nn
+    from assay.sets import read_vnnlib
+    from assay.verify import verify_vnnlib
+
+    folder = data_dir / "vnncomp" / "verivital"
+    network = nn.load(folder / "Convnet_avgpool.onnx")
+    property_ = read_vnnlib(folder / "specs" / "avgpool_specs" / f"{prop}.vnnlib", network.input_size,
+                            network.output_size)
+    result = verify_vnnlib(network, property_, timeout=120)
+    assert result.status is VerificationStatus.HOLDS
+    assert result.stats.domains == 0
