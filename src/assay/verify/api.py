@@ -8,7 +8,7 @@ import numpy as np
 
 from assay.errors import OptionError
 from assay.nn.network import Network
-from assay.verify.attack import search
+from assay.verify.attack import from_center, search
 from assay.verify.deadline import Deadline
 from assay.verify.input_split import InputSplitting, bound_root
 from assay.verify.input_split import root_branch as input_root
@@ -109,6 +109,13 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
         for query in queries:
             if deadline.passed():
                 return finish(VerificationStatus.TIMEOUT)
+            if options.attack_restarts:
+                # PGD from the centre first: far cheaper than bounding a wide network's root, and
+                # it decides most violated ε-balls (the search below still attacks in earnest).
+                stats.attacks += 1
+                found = from_center(network, query, deadline=deadline)
+                if found is not None:
+                    return finish(VerificationStatus.VIOLATED, found, query.index)
             # A network loaded with MaxPool is bounded first with its pooling windows whole: that
             # settles most such queries for a fraction of the lowered network's root.
             pooled = pooled_upper_bounds(network, query, dtype=dtype, deadline=deadline)
