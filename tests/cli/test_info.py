@@ -42,3 +42,19 @@ def test_info_on_acasxu(invoke, acasxu):
     assert facts["input"]["shape"] == [1, 1, 5] and facts["output"]["shape"] == [5]  # as the ONNX file declares
     assert facts["relu_neurons"] == 300
     assert facts["parameters"] == 5 * 50 + 50 + 5 * (50 * 50 + 50) + 50 * 5 + 5
+
+
+def test_info_shows_maxpool_kept_whole(invoke, tmp_path):
+    import numpy as np
+    import onnx
+
+    from tests.bounds.strategies import onnx_graph_model
+
+    path = tmp_path / "pool.onnx"
+    onnx.save(onnx_graph_model(np.random.default_rng(0), 1, 6, 2, 2, False, False), str(path))
+    result = invoke("info", path)
+    assert result.exit_code == 0, result.output
+    assert "MaxPool is lowered to ReLUs above (exact); bounds also use it whole" in result.stdout
+    facts = json.loads(invoke("info", path, "--json").stdout)
+    assert "MaxPool2d" in [row["layer"] for row in facts["pooled_layers"]]
+    assert "MaxPool2d" not in [row["layer"] for row in facts["layers"]]

@@ -21,6 +21,8 @@ def describe(network) -> dict:
         "layers": network.summary(),
         "parameters": network.num_parameters,
         "relu_neurons": network.num_relus,
+        # MaxPool kept whole, for bound propagation (the layers above lower it to ReLUs)
+        "pooled_layers": None if network.pooled is None else network.pooled.summary(),
     }
 
 
@@ -60,3 +62,7 @@ def info(
                       f"{row['parameters']:,}")
     out.print(table)
     out.print(f"{len(facts['layers'])} layers, {facts['parameters']:,} parameters, {facts['relu_neurons']:,} ReLU neurons")
+    if network.pooled is not None:
+        kept = " → ".join(row["layer"] for row in facts["pooled_layers"])
+        out.print(f"MaxPool is lowered to ReLUs above (exact); bounds also use it whole: {kept} "
+                  f"({network.pooled.num_relus:,} ReLU neurons)")
