@@ -36,6 +36,18 @@ def _pair(value) -> tuple[int, int]:
     return value
 
 
+def _pooled_shape(kind: str, input_shape, kernel, stride, padding) -> tuple[int, int, int]:
+    """The (C, out_h, out_w) of a 2-D pooling layer (windows that do not fit are dropped, as ONNX's floor mode)."""
+    if len(input_shape) != 3:
+        raise ModelLoadError(f"{kind} layer needs an image input (C, H, W); got shape {input_shape}")
+    channels, height, width = input_shape
+    out_h = (height + 2 * padding[0] - kernel[0]) // stride[0] + 1
+    out_w = (width + 2 * padding[1] - kernel[1]) // stride[1] + 1
+    if out_h < 1 or out_w < 1:
+        raise ModelLoadError(f"{kind} with kernel {kernel} does not fit an input of shape {input_shape}")
+    return (channels, out_h, out_w)
+
+
 @dataclass(frozen=True, eq=False)
 class Linear:
     """``y = W x + b`` with ``weight`` of shape ``(out, in)`` and ``bias`` of shape ``(out,)``."""
@@ -147,14 +159,7 @@ class AvgPool2d:
         object.__setattr__(self, "padding", _pair(self.padding))
 
     def output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
-        if len(input_shape) != 3:
-            raise ModelLoadError(f"an AvgPool2d layer needs an image input (C, H, W); got shape {input_shape}")
-        channels, height, width = input_shape
-        out_h = (height + 2 * self.padding[0] - self.kernel_size[0]) // self.stride[0] + 1
-        out_w = (width + 2 * self.padding[1] - self.kernel_size[1]) // self.stride[1] + 1
-        if out_h < 1 or out_w < 1:
-            raise ModelLoadError(f"an AvgPool2d with kernel {self.kernel_size} does not fit an input of shape {input_shape}")
-        return (channels, out_h, out_w)
+        return _pooled_shape("an AvgPool2d", input_shape, self.kernel_size, self.stride, self.padding)
 
     def as_conv(self, channels: int) -> Conv2d:
         """The same map as a depthwise convolution (used by bound propagation)."""
@@ -183,14 +188,7 @@ class MaxPool2d:
         object.__setattr__(self, "stride", _pair(self.stride))
 
     def output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
-        if len(input_shape) != 3:
-            raise ModelLoadError(f"a MaxPool2d layer needs an image input (C, H, W); got shape {input_shape}")
-        channels, height, width = input_shape
-        out_h = (height - self.kernel_size[0]) // self.stride[0] + 1
-        out_w = (width - self.kernel_size[1]) // self.stride[1] + 1
-        if out_h < 1 or out_w < 1:
-            raise ModelLoadError(f"a MaxPool2d with kernel {self.kernel_size} does not fit an input of shape {input_shape}")
-        return (channels, out_h, out_w)
+        return _pooled_shape("a MaxPool2d", input_shape, self.kernel_size, self.stride, (0, 0))
 
     num_parameters = 0
 
