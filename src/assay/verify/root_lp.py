@@ -47,6 +47,8 @@ __all__ = ["OneLayerForm", "one_layer_form", "root_lp_upper_bounds", "open_rows_
 MAX_HULL_INPUTS = 8
 # Networks with more first-layer neurons than this are not encoded (the LP grows with them).
 MAX_NEURONS = 60_000
+# At most this many hull inequalities per row's LP; a row that would need more is not bounded.
+MAX_HULL_ROWS = 400_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,6 +173,13 @@ def _row_bound(form, lower, upper, row, offset, z_lower, z_upper, deadline) -> f
     used = np.nonzero((c != 0) & (z_upper > 0))[0]
     active = z_lower[used] >= 0
     hull = ~active & (c[used] > 0)
+    fan_in = np.diff(form.W.indptr)[used[hull]]
+    subsets = np.where(fan_in <= MAX_HULL_INPUTS, 2.0 ** np.minimum(fan_in, MAX_HULL_INPUTS) - 2, 0).sum()
+    if (hull.any() and subsets == 0) or subsets > MAX_HULL_ROWS:
+        # Without the hull's inequalities the LP is the triangle relaxation, whose optimum α-CROWN
+        # already approaches; past the budget it would not fit. Either way: no bound. (With no
+        # neuron to relax from above, the LP is exact and runs.)
+        return float("inf")
     r_of = {int(j): n + t for t, j in enumerate(used)}
     delta_of = {int(j): n + len(used) + t for t, j in enumerate(used[hull])}
     count = n + len(used) + len(delta_of)
