@@ -212,7 +212,9 @@ def _row_bound(form, lower, upper, row, offset, z_lower, z_upper, deadline) -> f
         delta = delta_of[j]
         low, high = float(z_lower[j]), float(z_upper[j])
         # r ≤ z − l (1 − δ)  and  r ≤ u δ, with the sound bounds l ≤ z ≤ u
-        add(ub_rows, ub_cols, ub_vals, ub_rhs, [(r, 1.0)] + z_terms + [(delta, -low)], bias - low)
+        # (the right-hand side rounded up: a larger one only weakens the inequality)
+        add(ub_rows, ub_cols, ub_vals, ub_rhs, [(r, 1.0)] + z_terms + [(delta, -low)],
+            float(np.nextafter(bias - low, np.inf)))
         add(ub_rows, ub_cols, ub_vals, ub_rhs, [(r, 1.0), (delta, -high)], 0.0)
         if len(inputs) > MAX_HULL_INPUTS:
             continue
