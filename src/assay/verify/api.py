@@ -12,6 +12,7 @@ from assay.verify.attack import from_center, search
 from assay.verify.deadline import Deadline
 from assay.verify.input_split import InputSplitting, bound_root
 from assay.verify.input_split import root_branch as input_root
+from assay.verify.lp_refine import dense_layers, refine_bounds
 from assay.verify.options import INPUT_SPLIT_MAX_INPUTS, VerifyOptions
 from assay.verify.problem import UnsafeQuery, from_required, from_unsafe
 from assay.verify.relu_split import conjunction_searches, pooled_upper_bounds, refutes_every_conjunction
@@ -146,6 +147,16 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
             budget = Deadline(min(deadline.at, now + TIGHTEN_SHARE * (deadline.at - now)))
             plans = conjunction_searches(network, query, dtype=dtype, deadline=budget, tighten=plans)
             stats.bound_calls += 1
+            if not all(plan.refuted_at_root for plan, _ in plans) and dense_layers(network) is not None:
+                # A dense network's deeper layers are tightened further by LP (certified), within
+                # another share of the time left; the root is bounded again on them.
+                now = time.monotonic()
+                budget = Deadline(min(deadline.at, now + TIGHTEN_SHARE * (deadline.at - now)))
+                root = plans[0][0].root_bounds.intermediate
+                refined = refine_bounds(network, query.lower, query.upper, root, deadline=budget.at)
+                plans = conjunction_searches(network, query, dtype=dtype, deadline=deadline, tighten=plans,
+                                             refined=refined)
+                stats.bound_calls += 1
             if not all(plan.refuted_at_root for plan, _ in plans):
                 tightened.append((query, plans))
         open_queries = tightened

@@ -44,6 +44,7 @@ def conjunction_searches(network: Network, query: UnsafeQuery, *, dtype: str = "
                          deadline: Deadline | None = None,
                          tighten: list[tuple[ReluSplitting, SearchState]] | None = None,
                          pooled_upper: torch.Tensor | None = None,
+                         refined: IntermediateBounds | None = None,
                          ) -> list[tuple[ReluSplitting, SearchState]]:
     """One ReLU-splitting search per conjunction of the query: (strategy, root state) pairs.
 
@@ -62,9 +63,11 @@ def conjunction_searches(network: Network, query: UnsafeQuery, *, dtype: str = "
     their own, see ``intermediate_method="alpha"`` of :func:`compute_bounds`) before the rows
     are bounded again: many times the cost of the first call, worth it only for a query that
     call left open, whose whole search then starts from (and inherits) the tighter bounds.
+    ``refined`` (with ``tighten``): pre-activation bounds already tightened (e.g. by
+    :func:`assay.verify.lp_refine.refine_bounds`), used as they are instead.
     """
     start = None if not tighten else tighten[0][0].root_bounds.intermediate
-    shared = _root_bounds(network, query, query.C, query.d, dtype, deadline, start)
+    shared = _root_bounds(network, query, query.C, query.d, dtype, deadline, start, refined)
     if pooled_upper is None and not tighten:
         pooled_upper = pooled_upper_bounds(network, query, dtype, deadline)
     if pooled_upper is not None:
@@ -84,9 +87,12 @@ def conjunction_searches(network: Network, query: UnsafeQuery, *, dtype: str = "
     return searches
 
 
-def _root_bounds(network, query, C, d, dtype, deadline: Deadline | None, tighten: IntermediateBounds | None = None):
+def _root_bounds(network, query, C, d, dtype, deadline: Deadline | None, tighten: IntermediateBounds | None = None,
+                 refined: IntermediateBounds | None = None):
     box = query.lower.reshape(1, *network.input_shape), query.upper.reshape(1, *network.input_shape)
     refine = {} if tighten is None else {"intermediate": tighten, "intermediate_method": "alpha"}
+    if refined is not None:
+        refine = {"intermediate": refined, "refine_intermediate": False}
     return compute_bounds(network, box, spec=(C, d), method="alpha", dtype=dtype, sides="upper",
                           options=AlphaCrownOptions(iterations=20), return_linear=True,
                           deadline=None if deadline is None else deadline.at, **refine)

@@ -1,0 +1,111 @@
+"""LP-refined pre-activation bounds of dense networks (assay.verify.lp_refine).
+
+Falsified against the exact range of each refined neuron (one LP per activation pattern of the
+layer before it, enumerated on tiny networks), a neuron whose exact maximum is placed 1e-4 above
+zero, sampled activations, and an expired deadline.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import linprog
+
+from assay.bounds import compute_bounds
+from assay.nn import Conv2d, Flatten, Linear, Network, ReLU
+from assay.verify.lp_refine import dense_layers, refine_bounds
+
+
+def dense(rng, widths=(3, 5, 4, 2), shift=None):
+    layers = []
+    for k, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+        bias = rng.normal(size=b) * 0.5
+        if shift is not None and k == 1:
+            bias = bias + shift
+        layers += [Linear(rng.normal(size=(b, a)), bias), ReLU()]
+    return Network(tuple(layers[:-1]), (widths[0],))
+
+
+def exact_second_layer_range(network, lower, upper):
+    """min and max of every second-layer pre-activation over the box, by one LP per pattern of the first layer."""
+    (W1, b1), (W2, b2) = dense_layers(network)[:2]
+    low, high = np.full(len(b2), np.inf), np.full(len(b2), -np.inf)
+    for pattern in itertools.product((0.0, 1.0), repeat=len(b1)):
+        s = np.array(pattern)
+        sign = np.where(s > 0, -1.0, 1.0)
+        A_ub, b_ub = sign[:, None] * W1, -sign * b1
+        for j in range(len(b2)):
+            coef = (W2[j] * s) @ W1
+            offset = (W2[j] * s) @ b1 + b2[j]
+            for direction in (1.0, -1.0):
+                result = linprog(-direction * coef, A_ub=A_ub, b_ub=b_ub, bounds=list(zip(lower, upper)), method="highs")
+                if result.status != 0:
+                    continue
+                value = direction * -result.fun + offset
+                low[j], high[j] = min(low[j], value), max(high[j], value)
+    return low, high
+
+
+def crown_intermediate(network, lower, upper):
+    box = (torch.as_tensor(lower).reshape(1, -1), torch.as_tensor(upper).reshape(1, -1))
+    return compute_bounds(network, box, method="crown").intermediate
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_refined_bounds_contain_the_exact_range_and_are_no_looser(seed):
+    rng = np.random.default_rng(seed)
+    network = dense(rng)
+    lower, upper = rng.uniform(-1.5, -0.5, 3), rng.uniform(0.5, 1.5, 3)
+    given = crown_intermediate(network, lower, upper)
+    refined = refine_bounds(network, torch.as_tensor(lower), torch.as_tensor(upper), given)
+    low, high = exact_second_layer_range(network, lower, upper)
+    assert (refined.lower[1][0].numpy() <= low + 1e-9).all() and (refined.upper[1][0].numpy() >= high - 1e-9).all()
+    for k in range(2):
+        assert (refined.lower[k] >= given.lower[k]).all() and (refined.upper[k] <= given.upper[k]).all()
+    x = torch.as_tensor(rng.uniform(lower, upper, size=(5000, 3)))
+    for k, z in enumerate(network.pre_activations(x)):
+        assert ((z >= refined.lower[k]) & (z <= refined.upper[k])).all()
+
+
+def test_the_lp_tightens_crowns_bounds():
+    rng = np.random.default_rng(1)
+    network = dense(rng, widths=(4, 8, 6, 2))
+    lower, upper = -np.ones(4), np.ones(4)
+    given = crown_intermediate(network, lower, upper)
+    refined = refine_bounds(network, torch.as_tensor(lower), torch.as_tensor(upper), given)
+    assert float((refined.upper[1] - refined.lower[1]).sum()) < 0.9 * float((given.upper[1] - given.lower[1]).sum())
+
+
+@pytest.mark.parametrize("gap", [1e-4, -1e-4])
+def test_a_neuron_whose_exact_maximum_is_1e4_from_zero(gap):
+    """Shift a second-layer neuron so that its exact maximum is +1e-4 or −1e-4: the refined upper
+    bound stays at or above it (a neuron that can turn on is never declared off)."""
+    network = dense(np.random.default_rng(4))
+    lower, upper = -np.ones(3), np.ones(3)
+    _, high = exact_second_layer_range(network, lower, upper)
+    shift = np.zeros(len(high))
+    shift[0] = gap - high[0]
+    shifted = dense(np.random.default_rng(4), shift=shift)
+    _, high = exact_second_layer_range(shifted, lower, upper)
+    assert abs(high[0] - gap) < 1e-9
+    refined = refine_bounds(shifted, torch.as_tensor(lower), torch.as_tensor(upper), crown_intermediate(shifted, lower, upper))
+    assert float(refined.upper[1][0, 0]) >= gap
+
+
+def test_an_expired_deadline_keeps_the_given_bounds_and_other_networks_are_not_refined():
+    rng = np.random.default_rng(2)
+    network = dense(rng)
+    lower, upper = -np.ones(3), np.ones(3)
+    given = crown_intermediate(network, lower, upper)
+    kept = refine_bounds(network, torch.as_tensor(lower), torch.as_tensor(upper), given, deadline=time.monotonic())
+    for k in range(2):
+        assert torch.equal(kept.lower[k], given.lower[k]) and torch.equal(kept.upper[k], given.upper[k])
+    conv = Network((Conv2d(rng.normal(size=(2, 1, 2, 2)), np.zeros(2)), ReLU(), Flatten(), Linear(rng.normal(size=(2, 8)),
+                                                                                                   np.zeros(2))), (1, 3, 3))
+    assert dense_layers(conv) is None
+    box = (-torch.ones(1, 1, 3, 3, dtype=torch.float64), torch.ones(1, 1, 3, 3, dtype=torch.float64))
+    assert refine_bounds(conv, box[0], box[1], compute_bounds(conv, box).intermediate) is None
