@@ -23,6 +23,9 @@ __all__ = ["verify", "verify_vnnlib", "VerifyOptions", "INPUT_SPLIT_MAX_INPUTS"]
 
 # The share of the time left that tightening an open query's root may take (ReLU splitting).
 TIGHTEN_SHARE = 0.25
+# The share of the time left then that a dense network's LP refinement may take: on mnist 256x4
+# it turns root gaps of 0.6–1.0 into ±0.1, which the search then closes far faster.
+REFINE_SHARE = 0.5
 
 
 def verify(
@@ -151,7 +154,7 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
                 # A dense network's deeper layers are tightened further by LP (certified), within
                 # another share of the time left; the root is bounded again on them.
                 now = time.monotonic()
-                budget = Deadline(min(deadline.at, now + TIGHTEN_SHARE * (deadline.at - now)))
+                budget = Deadline(min(deadline.at, now + REFINE_SHARE * (deadline.at - now)))
                 root = plans[0][0].root_bounds.intermediate
                 refined = refine_bounds(network, query.lower, query.upper, root, deadline=budget.at)
                 plans = conjunction_searches(network, query, dtype=dtype, deadline=deadline, tighten=plans,

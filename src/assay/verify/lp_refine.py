@@ -39,8 +39,10 @@ __all__ = ["dense_layers", "refine_bounds"]
 
 # Networks with more hidden neurons than this are not refined (one LP per unstable neuron and side).
 MAX_HIDDEN = 4096
-# Separation rounds per objective (each adds the cuts the LP's solution violates).
-SEPARATION_ROUNDS = 3
+# Separation rounds per objective (each adds the cuts the LP's solution violates). One round:
+# on mnist 256x4 three rounds took 60 s to refine one layer, one round refines all three for a
+# little less tightening per neuron and far tighter output bounds.
+SEPARATION_ROUNDS = 1
 # A cut is added when the solution violates it by more than this.
 _VIOLATION = 1e-6
 
