@@ -45,6 +45,26 @@ def test_cfx_command_plain_robust_and_apas(invoke, loan):
     apas = invoke("cfx", model, "--input", x, "--apas", "--json")
     result = json.loads(apas.stdout)["results"][0]["apas"]
     assert result["samples"] == 1379 and result["delta"] >= 0
+    assert "(≥ 0.999)" in result["guarantee"]
+
+
+def test_cfx_samples_option_sets_n_and_states_the_confidence_it_buys(invoke, loan):
+    model, x, _ = loan
+    more = json.loads(invoke("cfx", model, "--input", x, "--apas", "--samples", "10000", "--json").stdout)
+    more = more["results"][0]["apas"]
+    assert more["samples"] == 10000 and more["confidence"] == pytest.approx(1 - 0.995 ** 10000)
+    few = json.loads(invoke("cfx", model, "--input", x, "--apas", "--samples", "100", "--json").stdout)
+    few = few["results"][0]["apas"]
+    # 100 samples buy confidence 1 − 0.995¹⁰⁰ ≈ 0.39: the guarantee must not claim α = 0.999.
+    assert few["samples"] == 100 and few["confidence"] == pytest.approx(1 - 0.995 ** 100)
+    assert "≥ 0.999" not in few["guarantee"] and "below the requested 0.999" in few["guarantee"]
+    robust = json.loads(invoke("cfx", model, "--input", x, "--robust", "--delta", "0.05", "--apas", "--samples", "2000",
+                               "--json").stdout)["results"][0]["robust"]
+    assert robust["test"] == "apas" and robust["robust"] and "fresh sample of 2000" in robust["guarantee"]
+    assert robust["confidence"] == pytest.approx(1 - robust["tested"] * 0.995 ** 2000)
+    for args, message in ((("--samples", "0", "--apas"), "≥ 1"), (("--samples", "50"), "needs --apas")):
+        bad = invoke("cfx", model, "--input", x, *args)
+        assert bad.exit_code == 2 and message in bad.stderr
 
 
 def test_cfx_command_batch_infeasible_and_errors(invoke, loan):

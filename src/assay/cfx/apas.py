@@ -59,7 +59,8 @@ class ApasResult:
         first_failure: the first grid δ at which some sampled model invalidated ``x_cf`` (None if
             none did up to ``delta_max``).
         R, alpha, samples: the guarantee's parameters and the sample size n.
-        confidence: ``1 − Rⁿ`` (≥ alpha): the probability that the statement holds.
+        confidence: ``1 − Rⁿ``: the probability that the statement holds (≥ alpha unless a caller's
+            ``samples`` is below ⌈log(1 − α) / log R⌉; the guarantee then says so).
         guarantee: the statement, in words.
         grid_step: the search's precision; ``grid_points``: the grid points evaluated.
         seconds: wall time.
@@ -175,7 +176,9 @@ def apas(
     rng = rng if rng is not None else np.random.default_rng()
     step = float(delta_max) / int(steps)
     confidence = 1.0 - R ** n
-    statement = (f"with confidence {confidence:.6g} (≥ {alpha}), at least {R:.4%} of the models drawn uniformly from the "
+    # With a caller-chosen n the confidence may fall short of α: say so rather than claim α.
+    versus = f"≥ {alpha}" if confidence >= alpha else f"below the requested {alpha}: n = {n} is too few"
+    statement = (f"with confidence {confidence:.6g} ({versus}), at least {R:.4%} of the models drawn uniformly from the "
                  "δ-box keep x_cf valid (one fixed grid, common samples: a single test's error)")
     if float(row_margins(network, x, C)[0]) <= margin:
         return ApasResult(0.0, 0.0, R, alpha, n, confidence, "x_cf is not valid on the model itself", step, 0,
@@ -196,7 +199,7 @@ def apas_test(network, x_cf, delta: float, target: int | None = None, R: float =
               rng: np.random.Generator | None = None, samples: int | None = None, margin: float = 0.0) -> ApasTest:
     """One APΔS test at a fixed δ: draw n models uniformly from the δ-box; pass iff all keep ``x_cf`` valid.
 
-    A pass means: with confidence 1 − Rⁿ ≥ α, at least a fraction R of the δ-box keeps ``x_cf``
+    A pass means: with confidence 1 − Rⁿ (≥ α for the default n), at least a fraction R of the δ-box keeps ``x_cf``
     valid. The guarantee holds for one test of one counterfactual; never call this again on the
     same ``x_cf`` after a failure hoping for a pass.
     """

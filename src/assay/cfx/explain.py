@@ -52,13 +52,15 @@ class Explanation:
 def explain(network, x, *, features: FeatureTypes | None = None, target: int | None = None, distance: str = "l1",
             margin: float = 0.0, robust: bool = False, delta: float | None = None, use_apas: bool = False,
             R: float = 0.995, alpha: float = 0.999, rng: np.random.Generator | None = None,
-            time_limit: float | None = None, direct: bool = False) -> Explanation:
+            time_limit: float | None = None, direct: bool = False, samples: int | None = None) -> Explanation:
     """The counterfactual of ``x`` and the checks the options ask for.
 
     * ``robust`` (needs ``delta``): Algorithm 2 with the exact test, or with APΔS when ``use_apas``;
       with ``direct``, the nearest Δ-robust counterfactual by one MILP (one-hidden-layer networks).
     * otherwise the nearest counterfactual, then: with ``delta`` its exact Δ-robustness at δ, and
       with ``use_apas`` the largest δ with APΔS's (R, α) guarantee.
+    * ``samples`` overrides APΔS's sample size n (default ⌈log(1 − α) / log R⌉); the guarantee
+      then carries the confidence 1 − Rⁿ of that n, which the result states.
     """
     if robust and delta is None:
         raise OptionError("--robust needs --delta D: the weight change the counterfactual must survive")
@@ -78,14 +80,14 @@ def explain(network, x, *, features: FeatureTypes | None = None, target: int | N
     if robust:
         result = robust_counterfactual(network, x, delta, test="apas" if use_apas else "exact", features=features,
                                        target=target, distance=distance, initial_margin=max(margin, 0.01), R=R,
-                                       alpha=alpha, rng=rng, time_limit=time_limit)
+                                       alpha=alpha, rng=rng, time_limit=time_limit, samples=samples)
         return Explanation(result.counterfactual, robust=result)
     found = counterfactual(network, x, distance, features, target, margin, time_limit=time_limit)
     check = apas_result = None
     if found.found and delta is not None:
         check = delta_robust(network, found.x_cf, delta, target, time_limit=time_limit)
     if found.found and use_apas:
-        apas_result = apas(network, found.x_cf, target, R, alpha, rng=rng)
+        apas_result = apas(network, found.x_cf, target, R, alpha, rng=rng, samples=samples)
     return Explanation(found, delta_check=check, apas=apas_result)
 
 

@@ -38,6 +38,7 @@ def cfx(
     use_apas: bool = typer.Option(False, "--apas", help="Use APΔS: with --robust as the test; alone, report the largest δ with the (R, α) guarantee."),
     R: float = typer.Option(0.995, "--R", help="APΔS: fraction of shifted models that must keep the counterfactual valid."),
     alpha: float = typer.Option(0.999, "--alpha", help="APΔS: confidence of the guarantee."),
+    samples: int = typer.Option(None, "--samples", help="APΔS: shifted models per test (default ⌈log(1 − α) / log R⌉, 1379 for the defaults); the guarantee then holds with confidence 1 − Rⁿ for this n."),
     seed: int = typer.Option(0, "--seed", help="APΔS sampler seed (each input gets its own stream)."),
     time_limit: float = typer.Option(None, "--time-limit", help="Seconds per MILP solve (default: no limit)."),
     json_output: bool = typer.Option(False, "--json", help="Print every result as JSON."),
@@ -52,6 +53,10 @@ def cfx(
         raise OptionError(f"--distance must be l1 or linf; got {distance!r}")
     if delta is not None and delta < 0:
         raise OptionError(f"--delta must be ≥ 0; got {delta}")
+    if samples is not None and samples < 1:
+        raise OptionError(f"--samples must be ≥ 1; got {samples}")
+    if samples is not None and not use_apas:
+        raise OptionError("--samples sets the APΔS test's sample size; it needs --apas")
     network = load_network(model)
     features = FeatureTypes.from_json(features_file) if features_file is not None else None
     rows = read_inputs(input_file or inputs, network.input_size, features)
@@ -63,7 +68,8 @@ def cfx(
             for row, stream in zip(rows, streams):
                 results.append(explain(network, row, features=features, target=target, distance=distance, margin=margin,
                                        robust=robust, delta=delta, use_apas=use_apas, R=R, alpha=alpha,
-                                       rng=np.random.default_rng(stream), time_limit=time_limit, direct=direct))
+                                       rng=np.random.default_rng(stream), time_limit=time_limit, direct=direct,
+                                       samples=samples))
                 advance()
         except KeyboardInterrupt:
             interrupted = True
