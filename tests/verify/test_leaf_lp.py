@@ -135,3 +135,90 @@ def test_affine_forms_reproduce_the_network_on_its_linear_region_for_conv_and_po
         assert torch.allclose(coef @ flat + offset, network.forward(x).reshape(-1), atol=1e-12)
         for (layer_coef, layer_offset), values in zip(forms, pre):
             assert torch.allclose(layer_coef @ flat + layer_offset, values.reshape(-1), atol=1e-12)
+
+
+def _region_max(network, C, signs):
+    """max of the row C y over the box [-1, 1]^n where every ReLU input has its sign (an LP)."""
+    from scipy.optimize import linprog
+
+    from assay.bounds import affine_forms
+
+    forms, (out_coef, out_offset) = affine_forms(network, signs)
+    A = np.vstack([(-sign.reshape(-1, 1) * coef).numpy() for (coef, _), sign in zip(forms, signs)])
+    b = np.concatenate([(sign.reshape(-1) * offset).numpy() for (_, offset), sign in zip(forms, signs)])
+    row = (C @ out_coef).numpy()[0]
+    solution = linprog(-row, A_ub=A, b_ub=b, bounds=[(-1, 1)] * len(row), method="highs")
+    assert solution.status == 0
+    return float(-solution.fun + (C @ out_offset).numpy()[0])
+
+
+def _full_leaf_lp(network, query, C, d, signs):
+    """The leaf's LP with every sign constraint (the formulation before lazy constraints), by
+    scipy: its optimum t (≥ 0 iff the leaf's region reaches the conjunction)."""
+    from scipy.optimize import linprog
+
+    from assay.bounds import affine_forms
+
+    forms, (out_coef, out_offset) = affine_forms(network, signs)
+    rows = [np.hstack([-(C @ out_coef).numpy(), np.ones((C.shape[0], 1))])]
+    rhs = [(C @ out_offset + d).numpy()]
+    for (coef, offset), sign in zip(forms, signs):
+        s = sign.reshape(-1, 1)
+        rows.append(np.hstack([(-s * coef).numpy(), np.ones((coef.shape[0], 1))]))
+        rhs.append((s.reshape(-1) * offset).numpy())
+    n = query.lower.numel()
+    objective = np.zeros(n + 1)
+    objective[-1] = -1.0
+    bounds = list(zip(query.lower.tolist(), query.upper.tolist())) + [(None, None)]
+    solution = linprog(objective, A_ub=np.vstack(rows), b_ub=np.concatenate(rhs), bounds=bounds, method="highs")
+    assert solution.status == 0
+    return -solution.fun
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_lazy_sign_constraints_give_the_full_lps_verdict_on_every_leaf(seed):
+    """Leaves of sampled points of a wide network (most sign constraints redundant over the box,
+    some binding), thresholds 1e-4 either side of the full LP's optimum: the verdict is the full
+    LP's (REFUTED below, VIOLATED above with a point of the leaf's region), and the certificate
+    uses only the constraints the lazy LP added."""
+    network = random_network(300 + seed, widths=(3, 24, 24, 2))
+    rng = np.random.default_rng(seed)
+    C = torch.tensor([[1.0, -1.0]], dtype=torch.float64)
+    seen = set()
+    for point in torch.as_tensor(rng.uniform(-1, 1, (3, 3))):
+        pre = pattern_of(network, point.reshape(1, 3))
+        active = [p[0] >= 0 for p in pre]
+        signs = [torch.where(a, 1.0, -1.0).to(torch.float64) for a in active]
+        lower = [torch.where(a, 0.0, -1e3).to(torch.float64) for a in active]
+        upper = [torch.where(a, 1e3, 0.0).to(torch.float64) for a in active]
+        region_max = _region_max(network, C, signs)  # the row's maximum over the leaf's region
+        for offset in (-1e-2, -1e-4, 1e-4):
+            d = torch.tensor([-(region_max + offset)], dtype=torch.float64)
+            query = from_unsafe(network, box(3), unsafe_region(C, d))[0]
+            full = _full_leaf_lp(network, query, C, d, signs)
+            verdict, found = decide_leaf(network, query, C, d, lower, upper)
+            seen.add(verdict)
+            if full < -1e-6:
+                assert verdict == REFUTED, (seed, offset, full)
+            elif full > 1e-6:
+                assert verdict == VIOLATED, (seed, offset, full)
+                x = found[0].reshape(1, 3)
+                assert (network.forward(x) @ C.T + d >= 0).all()
+                assert all(((p[0] >= 0) == a).all() or (p[0].abs() < 1e-7).any()
+                           for p, a in zip(pattern_of(network, x), active))
+    assert seen == {REFUTED, VIOLATED}, seen  # both sides of the threshold are exercised
+
+
+def test_lazy_leaf_lp_adds_few_of_many_redundant_constraints():
+    """A wide layer whose neurons are mostly stable over the box: the LP keeps few of them."""
+    from assay.verify.leaf_lp import _solve_lazily
+
+    rng = np.random.default_rng(0)
+    n, width = 5, 400
+    coef = rng.normal(size=(width, n))
+    offset = np.abs(coef).sum(1) * np.where(np.arange(width) < 390, 1.5, 0.2)  # 390 hold over the box
+    row_coef, row_offset = rng.normal(size=(1, n)), np.array([0.1])
+    x, row_duals, sign_duals = _solve_lazily(row_coef, row_offset, coef, offset, -np.ones(n), np.ones(n))
+    assert np.count_nonzero(sign_duals) <= 10
+    if x is not None:  # every sign constraint holds at the maximiser
+        assert (coef @ x + offset >= -1e-9).all()
