@@ -10,7 +10,7 @@ affine, and "can every row of the conjunction be ≥ 0?" is the linear program
 
 with z_j(x) the affine form of neuron j under the domain's activation pattern. (With t also on
 the sign constraints the LP is always feasible, and t < 0 covers a region that is empty.) The
-LP is only an oracle (HiGHS through :func:`scipy.optimize.linprog`), never trusted for a verdict:
+LP is only an oracle (HiGHS, through highspy), never trusted for a verdict:
 
 - *refuted*: the LP's dual multipliers (λ on the rows, ν on the sign constraints) define the
   Lagrangian bound max_x Σ λ_i row_i(x) + Σ ν_j σ_j z_j(x), which is evaluated by the bound
@@ -26,7 +26,7 @@ LP region is the same), and the rest enter lazily: the LP starts with the conjun
 alone and adds the sign constraints its maximiser violates until it violates none (the full LP's
 optimum) or its optimum is already negative (then the full LP's is too). Dropped and
 never-added constraints get the multiplier 0 in the certificate, which stays a valid Lagrangian
-bound. On mnist 256x2 leaves this keeps a few dozen of 512 constraints.
+bound. On mnist 256x2 leaves 330–435 of the 512 constraints hold over the box.
 """
 
 from __future__ import annotations
@@ -105,8 +105,8 @@ def _solve_lazily(row_coef, row_offset, sign_coef, sign_offset, lower, upper):
     Returns (the maximiser x of the leaf's LP, or None when a relaxation with fewer sign
     constraints already has a negative optimum (its maximiser may lie outside the leaf); the
     rows' multipliers λ ≥ 0; the sign constraints' multipliers ν ≥ 0, zero for those never
-    added), or None when the solver fails. The multipliers are the
-    solver's; :func:`_certified_negative` checks what they prove.
+    added), or None when the solver fails. The multipliers are the solver's;
+    :func:`_certified_negative` checks what they prove.
     """
     import highspy
 
