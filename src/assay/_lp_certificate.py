@@ -17,7 +17,7 @@ import torch
 
 from assay.bounds.plan import gamma
 
-__all__ = ["dual_upper_bound"]
+__all__ = ["dual_upper_bound", "ideal_cut_constants"]
 
 
 def dual_upper_bound(w, A_ub, b_ub, A_eq, b_eq, lower, upper, lam, mu) -> float:
@@ -60,3 +60,23 @@ def dual_upper_bound(w, A_ub, b_ub, A_eq, b_eq, lower, upper, lam, mu) -> float:
     margin = gamma(max(len(box_terms), terms) + len(value_terms) + 4, torch.float64) * (
         value_magnitude + float(np.abs(box_terms).sum()) + float(widening.sum()))
     return float(np.nextafter(total + margin, np.inf))
+
+
+def ideal_cut_constants(weights, box_low, box_high, bias: float, chosen) -> tuple[float, float]:
+    """K and R of Anderson et al.'s inequality ``r − Σ_{i∈I} w_i x_i − K δ ≤ R`` for the neuron
+    r = relu(w·x + b) over a box, with I = ``chosen`` (a boolean mask of the inputs):
+
+        K = Σ_{i∈I} w_i L̆_i + b + Σ_{i∉I} w_i Ŭ_i,    R = −Σ_{i∈I} w_i L̆_i,
+
+    where L̆_i, Ŭ_i (``box_low``, ``box_high``) are the input bounds at which w_i x_i is least and
+    greatest. Both are rounded up (δ ≥ 0: a larger K or R only weakens the inequality), so the
+    inequality written with them holds for the exact neuron.
+    """
+    weights, chosen = np.asarray(weights, dtype=np.float64), np.asarray(chosen, dtype=bool)
+    at_low = weights[chosen] * np.asarray(box_low, dtype=np.float64)[chosen]
+    at_high = weights[~chosen] * np.asarray(box_high, dtype=np.float64)[~chosen]
+    factor = gamma(len(weights) + 3, torch.float64)
+    K = float(at_low.sum() + bias + at_high.sum()) + factor * float(np.abs(at_low).sum() + abs(bias)
+                                                                    + np.abs(at_high).sum())
+    R = float(-at_low.sum()) + factor * float(np.abs(at_low).sum())
+    return K, R

@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from assay._lp_certificate import dual_upper_bound
+from assay._lp_certificate import dual_upper_bound, ideal_cut_constants
 from assay.bounds import IntermediateBounds
 from assay.bounds.plan import gamma
 from assay.nn.layers import Flatten, Linear, ReLU, Reshape
@@ -124,11 +124,7 @@ class _Relaxation:
                 b + (w[~chosen] * high[~chosen]).sum()) * d
             if x[h] <= bound + _VIOLATION:
                 continue
-            at_low, at_high = w[chosen] * low[chosen], w[~chosen] * high[~chosen]
-            factor = gamma(len(w) + 3, torch.float64)
-            # h − Σ_I w_i x_i − K δ ≤ R, K and R rounded up (δ ≥ 0: larger only weakens the cut)
-            K = float(at_low.sum() + b + at_high.sum()) + factor * float(np.abs(at_low).sum() + abs(b) + np.abs(at_high).sum())
-            R = float(-at_low.sum()) + factor * float(np.abs(at_low).sum())
+            K, R = ideal_cut_constants(w, low, high, b, chosen)
             self._row(np.concatenate([[h], inputs[chosen], [delta]]), np.concatenate([[1.0], -w[chosen], [-K]]), R)
             added += 1
         return added

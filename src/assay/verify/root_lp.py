@@ -36,7 +36,7 @@ import scipy.sparse as sp
 import torch
 
 from assay._lp import linprog
-from assay._lp_certificate import dual_upper_bound
+from assay._lp_certificate import dual_upper_bound, ideal_cut_constants
 from assay.bounds.plan import gamma
 from assay.nn.layers import AvgPool2d, Conv2d, Flatten, Linear, ReLU, Reshape
 from assay.nn.network import Network
@@ -220,17 +220,11 @@ def _row_bound(form, lower, upper, row, offset, z_lower, z_upper, deadline) -> f
             continue
         box_low = np.where(weights >= 0, lower[inputs], upper[inputs])   # L̆
         box_high = np.where(weights >= 0, upper[inputs], lower[inputs])  # Ŭ
-        at_low, at_high = weights * box_low, weights * box_high
-        factor = gamma(len(inputs) + 3, torch.float64)
         for size in range(1, len(inputs)):
             for subset in itertools.combinations(range(len(inputs)), size):
                 chosen = np.zeros(len(inputs), dtype=bool)
                 chosen[list(subset)] = True
-                # r − Σ_I w_i x_i − K δ ≤ R, K = Σ_I w_i L̆_i + b + Σ_∉I w_i Ŭ_i, R = −Σ_I w_i L̆_i;
-                # K and R rounded up (δ ≥ 0: a larger K or R only weakens the inequality).
-                K = float(at_low[chosen].sum() + bias + at_high[~chosen].sum())
-                K += factor * float(np.abs(at_low[chosen]).sum() + abs(bias) + np.abs(at_high[~chosen]).sum())
-                R = float(-at_low[chosen].sum()) + factor * float(np.abs(at_low[chosen]).sum())
+                K, R = ideal_cut_constants(weights, box_low, box_high, bias, chosen)
                 entries = [(r, 1.0)] + [(int(inputs[k]), -float(weights[k])) for k in subset] + [(delta, -K)]
                 add(ub_rows, ub_cols, ub_vals, ub_rhs, entries, R)
     A_ub = sp.csr_matrix((ub_vals, (ub_rows, ub_cols)), shape=(len(ub_rhs), count))
