@@ -62,6 +62,10 @@ def explain(network, x, *, features: FeatureTypes | None = None, target: int | N
     * ``samples`` overrides APΔS's sample size n (default ⌈log(1 − α) / log R⌉); the guarantee
       then carries the confidence 1 − Rⁿ of that n, which the result states.
     """
+    if samples is not None and not use_apas:
+        raise OptionError("--samples sets the APΔS test's sample size; it needs --apas")
+    if samples is not None and (isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 1):
+        raise OptionError(f"--samples must be an integer ≥ 1; got {samples!r}")
     if robust and delta is None:
         raise OptionError("--robust needs --delta D: the weight change the counterfactual must survive")
     x = np.asarray(x, dtype=np.float64).reshape(-1)

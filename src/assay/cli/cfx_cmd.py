@@ -53,10 +53,6 @@ def cfx(
         raise OptionError(f"--distance must be l1 or linf; got {distance!r}")
     if delta is not None and delta < 0:
         raise OptionError(f"--delta must be ≥ 0; got {delta}")
-    if samples is not None and samples < 1:
-        raise OptionError(f"--samples must be ≥ 1; got {samples}")
-    if samples is not None and not use_apas:
-        raise OptionError("--samples sets the APΔS test's sample size; it needs --apas")
     network = load_network(model)
     features = FeatureTypes.from_json(features_file) if features_file is not None else None
     rows = read_inputs(input_file or inputs, network.input_size, features)
