@@ -14,7 +14,9 @@ Instances whose model assay cannot load (e.g. an operator it cannot bound soundl
 ``error`` and count as unsolved, not as failures.
 
 The instances run in chunks of ``--chunk`` through one ``assay verify --instances`` process each,
-so a long run writes its results after every chunk (``"complete": false`` until the end).
+so a long run writes its results after every chunk (``"complete": false`` until the end). A chunk
+gets ``min(--workers, --chunk)`` worker processes, and ``--workers`` // that many chunks run at
+once: ``--chunk 1 --workers 2`` runs two instances side by side, each in its own process.
 
     .venv/bin/python benchmarks/vnncomp.py rl_benchmarks --limit 40 --workers 2
     .venv/bin/python benchmarks/vnncomp.py reach_prob_density --timeout-scale 0.5
@@ -27,6 +29,7 @@ tool's start-up overhead and floored at 1 s, as the official scoring computes th
 from __future__ import annotations
 
 import argparse
+from concurrent.futures import ThreadPoolExecutor, as_completed
 import csv
 import json
 import math
@@ -286,7 +289,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"{folder}: instances.csv has {len(instances)} rows, per_instance_wide.csv {len(published_rows)}")
     if args.rows:
         try:
-            wanted = sorted({int(part) for part in args.rows.split(",") if part.strip()})
+            # In the order given (long rows first, say), each row once.
+            wanted = list(dict.fromkeys(int(part) for part in args.rows.split(",") if part.strip()))
         except ValueError:
             parser.error(f"--rows takes comma-separated row numbers, e.g. 3,17,40; got {args.rows!r}")
         outside = [r for r in wanted if not 0 <= r < len(instances)]
@@ -301,33 +305,37 @@ def main(argv=None) -> int:
 
     started = time.perf_counter()
     records, published = [], []
-    for start in range(0, len(chosen), args.chunk):
-        chunk = chosen[start: start + args.chunk]
-        for row, out in zip(chunk, run_chunk(folder, chunk, args.timeout_scale, args.workers)):
-            reference = published_rows[row["index"]]
-            if reference["key"] != (_normal(row["network"]), _normal(row["property"])):
-                raise SystemExit(f"row {row['index']} of instances.csv ({row['network']}, {row['property']}) is not row "
-                                 f"{row['index']} of per_instance_wide.csv ({reference['onnx']}, {reference['vnnlib']})")
-            status = out["status"]
-            best = [float(reference[f"{t}_time_s"]) for t in tools
-                    if reference[f"{t}_result"].strip().lower() == reference["consensus"] != "unknown"]
-            record = {"index": row["index"], "network": row["network"], "property": row["property"],
-                      "timeout": row["timeout"] * args.timeout_scale, "consensus": reference["consensus"],
-                      "assay": status, "seconds": float(out["seconds"] or 0.0), "error": out.get("error") or None,
-                      "counterexample": json.loads(out["counterexample"]) if out.get("counterexample") else None,
-                      "best_published_seconds": min(best) if best else None}
-            record["disagrees"] = status in DECIDED and reference["consensus"] in DECIDED and status != reference["consensus"]
-            if record["counterexample"] is not None:
-                found = record["counterexample"]
-                record["checker"] = check_counterexample(folder / row["network"], folder / row["property"],
-                                                         found["input"], found["output"], found.get("query", 0))
-            records.append(record)
-            published.append(reference)
-            print(f"[{len(records)}/{len(chosen)}] #{row['index']} {row['network']} {row['property']}: {status} "
-                  f"{record['seconds']:.1f}s (consensus {reference['consensus']})"
-                  + ("  DISAGREES WITH THE CONSENSUS" if record["disagrees"] else ""), flush=True)
-        table, payload = report(args.benchmark, args, records, published, tools, started, final=False)
-        write_results(name, payload, table)
+    chunks = [chosen[start: start + args.chunk] for start in range(0, len(chosen), args.chunk)]
+    per_chunk = max(1, min(args.workers, args.chunk))
+    with ThreadPoolExecutor(max_workers=max(1, args.workers // per_chunk)) as pool:
+        running = {pool.submit(run_chunk, folder, chunk, args.timeout_scale, per_chunk): chunk for chunk in chunks}
+        for finished in as_completed(running):
+            chunk = running[finished]
+            for row, out in zip(chunk, finished.result()):
+                reference = published_rows[row["index"]]
+                if reference["key"] != (_normal(row["network"]), _normal(row["property"])):
+                    raise SystemExit(f"row {row['index']} of instances.csv ({row['network']}, {row['property']}) is not row "
+                                     f"{row['index']} of per_instance_wide.csv ({reference['onnx']}, {reference['vnnlib']})")
+                status = out["status"]
+                best = [float(reference[f"{t}_time_s"]) for t in tools
+                        if reference[f"{t}_result"].strip().lower() == reference["consensus"] != "unknown"]
+                record = {"index": row["index"], "network": row["network"], "property": row["property"],
+                          "timeout": row["timeout"] * args.timeout_scale, "consensus": reference["consensus"],
+                          "assay": status, "seconds": float(out["seconds"] or 0.0), "error": out.get("error") or None,
+                          "counterexample": json.loads(out["counterexample"]) if out.get("counterexample") else None,
+                          "best_published_seconds": min(best) if best else None}
+                record["disagrees"] = status in DECIDED and reference["consensus"] in DECIDED and status != reference["consensus"]
+                if record["counterexample"] is not None:
+                    found = record["counterexample"]
+                    record["checker"] = check_counterexample(folder / row["network"], folder / row["property"],
+                                                             found["input"], found["output"], found.get("query", 0))
+                records.append(record)
+                published.append(reference)
+                print(f"[{len(records)}/{len(chosen)}] #{row['index']} {row['network']} {row['property']}: {status} "
+                      f"{record['seconds']:.1f}s (consensus {reference['consensus']})"
+                      + ("  DISAGREES WITH THE CONSENSUS" if record["disagrees"] else ""), flush=True)
+            table, payload = report(args.benchmark, args, records, published, tools, started, final=False)
+            write_results(name, payload, table)
 
     table, payload = report(args.benchmark, args, records, published, tools, started, final=True)
     write_results(name, payload, table)

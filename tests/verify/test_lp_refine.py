@@ -109,3 +109,74 @@ def test_an_expired_deadline_keeps_the_given_bounds_and_other_networks_are_not_r
     assert dense_layers(conv) is None
     box = (-torch.ones(1, 1, 3, 3, dtype=torch.float64), torch.ones(1, 1, 3, 3, dtype=torch.float64))
     assert refine_bounds(conv, box[0], box[1], compute_bounds(conv, box).intermediate) is None
+
+
+def exact_range(network, lower, upper, layer):
+    """min and max of every pre-activation of ReLU layer ``layer`` over the box: one LP per
+    activation pattern of all the layers before it (tiny networks only)."""
+    weights = dense_layers(network)
+    widths = [len(b) for _, b in weights[:layer]]
+    bounds = list(zip(lower, upper))
+    low, high = np.full(len(weights[layer][1]), np.inf), np.full(len(weights[layer][1]), -np.inf)
+    for flat in itertools.product((0.0, 1.0), repeat=sum(widths)):
+        A, c = np.eye(len(lower)), np.zeros(len(lower))  # the current layer's input as A x + c
+        rows, rhs = [], []
+        start = 0
+        for (W, b), width in zip(weights[:layer], widths):
+            s = np.array(flat[start: start + width])
+            start += width
+            zA, zc = W @ A, W @ c + b
+            sign = np.where(s > 0, -1.0, 1.0)  # active: z ≥ 0 (−z ≤ 0); inactive: z ≤ 0
+            rows.append(sign[:, None] * zA)
+            rhs.append(-sign * zc)
+            A, c = s[:, None] * zA, s * zc
+        W, b = weights[layer]
+        zA, zc = W @ A, W @ c + b
+        A_ub, b_ub = np.vstack(rows), np.concatenate(rhs)
+        for j in range(len(b)):
+            for direction in (1.0, -1.0):
+                result = linprog(-direction * zA[j], A_ub=A_ub, b_ub=b_ub, bounds=bounds, method="highs")
+                if result.status != 0:
+                    continue
+                value = direction * -result.fun + zc[j]
+                low[j], high[j] = min(low[j], value), max(high[j], value)
+    return low, high
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_deeper_layers_contain_their_exact_range(seed, dtype):
+    """Three ReLU layers: the third layer's bounds come from the LP over two refined layers and
+    from CROWN over them (the propagation after each layer); both contain the exact range, also
+    when the given bounds are float32 (the float64 LP bounds are rounded outwards into them)."""
+    rng = np.random.default_rng(10 + seed)
+    network = dense(rng, widths=(3, 4, 3, 3, 2))
+    lower, upper = rng.uniform(-1.5, -0.5, 3), rng.uniform(0.5, 1.5, 3)
+    box = (torch.as_tensor(lower).reshape(1, -1), torch.as_tensor(upper).reshape(1, -1))
+    given = compute_bounds(network, box, method="crown", dtype=dtype).intermediate
+    refined = refine_bounds(network, torch.as_tensor(lower), torch.as_tensor(upper), given)
+    for k in (1, 2):
+        low, high = exact_range(network, lower, upper, k)
+        assert (refined.lower[k][0].double().numpy() <= low).all() and (refined.upper[k][0].double().numpy() >= high).all()
+        assert (refined.lower[k] >= given.lower[k]).all() and (refined.upper[k] <= given.upper[k]).all()
+        assert refined.lower[k].dtype == given.lower[k].dtype
+
+
+@pytest.mark.parametrize("gap", [1e-4, -1e-4])
+def test_a_third_layer_neuron_whose_exact_maximum_is_1e4_from_zero(gap):
+    """The propagation after the second layer must not declare a third-layer neuron off that
+    can still turn on (exact maximum +1e-4), and may declare it off at −1e-4."""
+    rng = np.random.default_rng(21)
+    network = dense(rng, widths=(3, 4, 3, 3, 2))
+    lower, upper = -np.ones(3), np.ones(3)
+    _, high = exact_range(network, lower, upper, 2)
+    layers = list(network.layers)
+    third = layers[4]
+    bias = third.bias.numpy().copy()
+    bias[0] += gap - high[0]
+    layers[4] = Linear(third.weight.numpy(), bias)
+    shifted = Network(tuple(layers), network.input_shape)
+    _, high = exact_range(shifted, lower, upper, 2)
+    assert abs(high[0] - gap) < 1e-9
+    refined = refine_bounds(shifted, torch.as_tensor(lower), torch.as_tensor(upper), crown_intermediate(shifted, lower, upper))
+    assert float(refined.upper[2][0, 0]) >= gap

@@ -30,7 +30,7 @@ import scipy.sparse as sp
 import torch
 
 from assay._lp_certificate import dual_upper_bound, ideal_cut_constants
-from assay.bounds import IntermediateBounds
+from assay.bounds import IntermediateBounds, compute_bounds
 from assay.bounds.plan import gamma
 from assay.nn.layers import Flatten, Linear, ReLU, Reshape
 from assay.nn.network import Network
@@ -173,8 +173,10 @@ def refine_bounds(network: Network, lower: torch.Tensor, upper: torch.Tensor, in
     [lower, upper] (flat), from the sound ``intermediate`` bounds of one domain (batch 1).
 
     Layer by layer: each unstable neuron's upper and lower bound by the LP of the layers before
-    it, whose relaxations use the bounds refined so far. Stops at ``deadline`` (a
-    ``time.monotonic()`` instant) with what it has. None for a network that is not dense.
+    it, whose relaxations use the bounds refined so far (no lower bound for a neuron the upper
+    one proves inactive); after each layer, CROWN over the refined layers tightens the later
+    ones. Stops at ``deadline`` (a ``time.monotonic()`` instant) with what it has. None for a
+    network that is not dense. Every bound returned is sound and at least as tight as the given one.
     """
     layers = dense_layers(network)
     if layers is None:
@@ -187,9 +189,13 @@ def refine_bounds(network: Network, lower: torch.Tensor, upper: torch.Tensor, in
         lp.add_layer(W, b, lows[k - 1], highs[k - 1])
         W, b = layers[k]
         for j in np.nonzero((lows[k] < 0) & (highs[k] > 0))[0]:
+            # The upper bound first: a neuron it proves inactive needs no lower bound (its output
+            # is 0 whatever the lower bound is), which saves one LP of two.
             for sign in (1.0, -1.0):
                 if deadline is not None and time.monotonic() >= deadline:
                     return _result(intermediate, lows, highs)
+                if sign < 0 and highs[k][j] <= 0:
+                    break
                 value = lp.maximum(lp.outputs, sign * W[j], deadline)
                 if not np.isfinite(value):
                     continue
@@ -200,12 +206,40 @@ def refine_bounds(network: Network, lower: torch.Tensor, upper: torch.Tensor, in
                     highs[k][j] = min(highs[k][j], total)
                 else:
                     lows[k][j] = max(lows[k][j], -total)
+        if k + 1 < len(lows):
+            _propagate(network, lower, upper, intermediate, lows, highs, k + 1)
     return _result(intermediate, lows, highs)
+
+
+def _propagate(network: Network, lower: torch.Tensor, upper: torch.Tensor, intermediate: IntermediateBounds,
+               lows: list[np.ndarray], highs: list[np.ndarray], fixed: int) -> None:
+    """Tighten the bounds of ReLU layers ``fixed``, … in place by CROWN over the refined bounds
+    of layers 0 … ``fixed`` − 1.
+
+    Every neuron the LP made stable or narrower loosens no later bound and tightens many: the
+    next layers' LPs then start from fewer unstable neurons (fewer LPs, each with fewer rows).
+    """
+    current = _result(intermediate, lows, highs)
+    shape = network.input_shape
+    box = (lower.reshape(1, *shape).to(torch.float64), upper.reshape(1, *shape).to(torch.float64))
+    later = compute_bounds(network, box, method="crown", dtype="float64", intermediate=current,
+                           refine_intermediate=True, fixed_layers=fixed).intermediate
+    for k in range(fixed, len(lows)):
+        lows[k] = np.maximum(lows[k], later.lower[k][0].reshape(-1).to(torch.float64).numpy())
+        highs[k] = np.minimum(highs[k], later.upper[k][0].reshape(-1).to(torch.float64).numpy())
 
 
 def _result(intermediate: IntermediateBounds, lows, highs) -> IntermediateBounds:
     shape = [t.shape for t in intermediate.lower]
     dtype = intermediate.lower[0].dtype
+
+    def outward(values: np.ndarray, direction: float) -> torch.Tensor:
+        # float64 → the bounds' dtype, rounded away from the range (nearest could cut into it)
+        cast = torch.as_tensor(values, dtype=torch.float64).to(dtype)
+        inside = cast.to(torch.float64) < torch.as_tensor(values) if direction > 0 else \
+            cast.to(torch.float64) > torch.as_tensor(values)
+        return torch.where(inside, torch.nextafter(cast, torch.full_like(cast, direction * np.inf)), cast)
+
     return IntermediateBounds(
-        tuple(torch.maximum(t, torch.as_tensor(l, dtype=dtype).reshape(s)) for t, l, s in zip(intermediate.lower, lows, shape)),
-        tuple(torch.minimum(t, torch.as_tensor(h, dtype=dtype).reshape(s)) for t, h, s in zip(intermediate.upper, highs, shape)))
+        tuple(torch.maximum(t, outward(l, -1.0).reshape(s)) for t, l, s in zip(intermediate.lower, lows, shape)),
+        tuple(torch.minimum(t, outward(h, 1.0).reshape(s)) for t, h, s in zip(intermediate.upper, highs, shape)))
