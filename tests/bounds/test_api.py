@@ -114,3 +114,21 @@ def test_contradictory_splits_give_an_empty_domain(network):
     split[always_on[0]] = -1
     result = compute_bounds(network, box, method="beta", splits=[split])
     assert torch.isinf(result.lower).all() and result.stats["infeasible_domains"] == 1
+
+
+def test_intermediate_beta_bounds_use_earlier_splits():
+    """x in [−1, 1]; layer 1: a = x, b = x; layer 2: m = relu(b) − 0.1. With a split to a ≤ 0
+    (x ≤ 0), b ≤ 0 too and m = −0.1 exactly. Box-only bounds of m ignore the split (relu(b)'s
+    chord gives m ≤ 0.9); β-CROWN for intermediate bounds carries it (the LP of the relaxation
+    with x ≤ 0: m ≤ 0.4), and still contains m's exact range [−0.1, −0.1]."""
+    network = Network((Linear(torch.tensor([[1.0], [1.0]]), torch.zeros(2)), ReLU(),
+                       Linear(torch.tensor([[0.0, 1.0]]), torch.tensor([-0.1])), ReLU(),
+                       Linear(torch.ones(1, 1), torch.zeros(1))), (1,))
+    box = (-torch.ones(1), torch.ones(1))
+    splits = [torch.tensor([-1, 0]), torch.tensor([0])]
+    common = dict(splits=splits, intermediate_method="alpha", sides="upper")
+    alpha = compute_bounds(network, box, method="alpha", options=AlphaCrownOptions(iterations=30), **common)
+    beta = compute_bounds(network, box, method="beta", options=BetaCrownOptions(iterations=30, lr_beta=0.5), **common)
+    assert alpha.intermediate.upper[1].item() == pytest.approx(0.9, abs=1e-6)
+    assert -0.1 <= beta.intermediate.upper[1].item() <= 0.4 + 1e-3
+    assert beta.intermediate.lower[1].item() <= -0.1

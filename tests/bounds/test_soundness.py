@@ -99,12 +99,16 @@ def sampled_relu_inputs(network, x):
     return [z.reshape(n, batch, -1) for z in network.pre_activations(x.reshape(n * batch, *network.input_shape))]
 
 
-@pytest.mark.parametrize("intermediate_method", ["forward", "alpha"])
+@pytest.mark.parametrize("intermediate_method, method", [("forward", "crown"), ("alpha", "alpha"), ("alpha", "beta")])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("with_splits", [False, True])
 @FAST
 @given(network=networks, seed=st.integers(0, 2**32 - 1))
-def test_intermediate_bounds_contain_sampled_activations(intermediate_method, dtype, with_splits, network, seed):
+def test_intermediate_bounds_contain_sampled_activations(intermediate_method, method, dtype, with_splits, network,
+                                                         seed):
+    """(With "beta", the split constraints of earlier layers enter every intermediate bound with
+    multipliers of their own, at a large learning rate: the bounds must still hold on the split
+    region.)"""
     rng = np.random.default_rng(seed)
     lower, upper = random_boxes(network, rng, batch=3, max_width=2.0)
     if intermediate_method == "forward" and any(isinstance(layer, MaxPool2d) for layer in network.layers):
@@ -112,9 +116,9 @@ def test_intermediate_bounds_contain_sampled_activations(intermediate_method, dt
             compute_bounds(network, (lower, upper), intermediate_method="forward")
         return
     splits = random_splits(network, compute_bounds(network, (lower, upper)).intermediate, rng) if with_splits else None
-    method = "crown" if intermediate_method == "forward" else "alpha"
+    options = {"alpha": AlphaCrownOptions(iterations=5), "beta": BetaCrownOptions(iterations=5, lr_beta=1.0)}.get(method)
     result = compute_bounds(network, (lower, upper), method=method, dtype=dtype, intermediate_method=intermediate_method,
-                            splits=splits, options=None if method == "crown" else AlphaCrownOptions(iterations=5))
+                            splits=splits, options=options)
     x = sample_box(lower, upper, rng, SAMPLES)
     mask = satisfies_splits(network, x, splits) if with_splits else torch.ones(x.shape[:2], dtype=torch.bool)
     assert_contains(result, forward_batched(network, x), mask)

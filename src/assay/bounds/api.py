@@ -191,7 +191,7 @@ def compute_bounds(
                     bounds = interval_pass(plan, lower, upper, deltas, clamp)
                 if intermediate_method == "alpha" and position != plan.relu_positions[0]:
                     known[position] = _alpha_layer_bounds(plan, position, bounds, deltas, center, radius, relax,
-                                                          options, deadline)
+                                                          options, deadline, split_signs)
                     bounds = interval_pass(plan, lower, upper, deltas, clamp)
 
     rows_lower, rows_upper = _sided_rows(C, d, sides)
@@ -350,12 +350,16 @@ def _crown_layer_bounds_padded(plan: Plan, position: int, bounds, deltas, center
     return _bound_unstable_neurons(bounds[position], chunk, bound_rows, only)
 
 
-def _alpha_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radius, relax, options, deadline):
+def _alpha_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radius, relax, options, deadline,
+                        split_signs=None):
     """α-CROWN bounds of the input of ReLU stage ``position``, only for neurons not yet stable.
 
     Every unstable neuron's lower and upper bound is a row of its own, with its own slopes at
     every earlier ReLU layer, optimised by :func:`optimize_bounds` (any slopes are sound, so a
-    deadline only stops the tightening). Rows are bounded in chunks so that the slopes of one
+    deadline only stops the tightening). With :class:`BetaCrownOptions`, the split constraints
+    of earlier layers (``split_signs``) enter each row with multipliers of its own (β-CROWN
+    for intermediate bounds: a domain whose first layers are split gets later bounds over the
+    inputs that satisfy the splits, not over its whole box; any β ≥ 0 is sound). Rows are bounded in chunks so that the slopes of one
     chunk stay within :data:`_ALPHA_CHUNK_ELEMENTS`. A layer with more than
     :data:`_ALPHA_MAX_UNSTABLE` unstable neurons in some domain keeps its CROWN bounds.
     """
@@ -364,13 +368,15 @@ def _alpha_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radiu
         return lower, upper  # CROWN's bounds stay (sound); see _ALPHA_MAX_UNSTABLE
     slope_elements = sum(math.prod(plan.stages[p].shape) for p in plan.relu_positions if p < position)
     chunk = max(1, _ALPHA_CHUNK_ELEMENTS // (2 * lower.shape[0] * max(1, slope_elements)))
-    lr = options.lr if isinstance(options, AlphaCrownOptions) else options.lr_alpha
+    beta = isinstance(options, BetaCrownOptions)
+    lr = options.lr_alpha if beta else options.lr
+    signs = {p: s for p, s in (split_signs or {}).items() if p < position} if beta else None
 
     def bound_rows(neurons, C, d):
         with torch.enable_grad():  # compute_bounds walks the layers under no_grad
             best, *_ = optimize_bounds(
-                plan, C, d, bounds, center, radius, deltas=deltas, split_signs=None, iterations=options.iterations,
-                lr_alpha=lr, lr_beta=0.0, lr_decay=options.lr_decay, objective=None, to_linear=_no_linear,
+                plan, C, d, bounds, center, radius, deltas=deltas, split_signs=signs, iterations=options.iterations,
+                lr_alpha=lr, lr_beta=options.lr_beta if beta else 0.0, lr_decay=options.lr_decay, objective=None, to_linear=_no_linear,
                 deadline=deadline, relax=relax, target=position,
             )
         return best.detach()
