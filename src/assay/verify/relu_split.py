@@ -139,12 +139,15 @@ REFINE_MAX_RELUS = 2000
 # half as much as float64 ones.
 REFINE_DTYPE = "float32"
 # A batch whose domains have at most this many unstable neurons in the layers to refine (those
-# after the newest split) bounds each of them by β-CROWN of its own instead of by CROWN: on mnist
-# 256x2 prop_10 (ε 0.05) the domains left open after 20 s had ~20 unstable second-layer neurons by
-# CROWN and 1–2 over the inputs satisfying their first-layer splits, and β-CROWN found most of
-# that (the search then decided the instance in 15 s; with CROWN it ran 400 s without end). With
-# hundreds of unstable neurons (mnist 256x4) it costs ~50 times a CROWN round.
-INTERMEDIATE_BETA_MAX_UNSTABLE = 64
+# after the newest split) bounds each of them by β-CROWN of its own instead of by CROWN, so that
+# the earlier layers' splits constrain them (box-only bounds ignore the splits, and the search then
+# splits neurons that the splits already fix, or domains that are empty). On mnist 256x2 prop_10
+# (ε 0.05) the domains left open after 20 s had ~20 unstable second-layer neurons by CROWN and
+# 1–2 over the inputs satisfying their first-layer splits; with β-CROWN the search decided the
+# instance in 16 s (with CROWN it ran 400 s without end). On mnist 256x4 prop_0 (ε 0.05), domains
+# with 9 first-layer splits went from row bounds of +0.44–0.52 to −0.09–−0.29, for ~25 times the
+# cost of a CROWN round (100 neurons to bound per domain; 0.11 s a domain in float32).
+INTERMEDIATE_BETA_MAX_UNSTABLE = 128
 # Split multipliers must grow large to show that a domain is nearly empty: a learning rate of 0.5
 # (20 steps) refuted domains that 0.05 left at +0.3.
 INTERMEDIATE_BETA_OPTIONS = BetaCrownOptions(iterations=20, lr_beta=0.5)
@@ -167,7 +170,10 @@ class ReluSplitting:
     decides the domain keeps ``dtype``). On wide
     networks (more than :data:`REFINE_MAX_RELUS` ReLUs) recomputing them costs far more than
     the β-CROWN pass itself, so children keep their parent's bounds as they are (as β-CROWN
-    does) and the split constraints enter only through β and the clamping.
+    does) and the split constraints enter only through β and the clamping. A batch with few
+    neurons left to bound (:data:`INTERMEDIATE_BETA_MAX_UNSTABLE`) bounds them by β-CROWN
+    instead of CROWN, so that the earlier splits constrain them too (α,β-CROWN's optimised
+    intermediate bounds).
     """
 
     def __init__(self, network: Network, query: UnsafeQuery, C: torch.Tensor, d: torch.Tensor, *,
@@ -219,11 +225,16 @@ class ReluSplitting:
                 # Few neurons left to bound: each gets β-CROWN bounds of its own, which carry the
                 # earlier layers' splits (box-only bounds ignore them, and the search then splits
                 # neurons that the splits already fix, or domains that are empty).
-                result = compute_bounds(
-                    self.network, box, spec=(self.C, self.d), method="beta", dtype=self.dtype, sides="upper",
+                # (In the cheaper dtype, as below; the β pass that decides keeps its own.)
+                parents = compute_bounds(
+                    self.network, box, spec=(self.C, self.d), method="beta", dtype=REFINE_DTYPE, sides="upper",
                     splits=splits, intermediate=parents, refine_intermediate=True, fixed_layers=fixed,
                     intermediate_method="alpha", alphas=alphas, options=INTERMEDIATE_BETA_OPTIONS,
-                    return_linear=True, deadline=deadline.at)
+                    deadline=deadline.at).intermediate
+                result = compute_bounds(
+                    self.network, box, spec=(self.C, self.d), method="beta", dtype=self.dtype, sides="upper",
+                    splits=splits, intermediate=parents, refine_intermediate=False, alphas=alphas,
+                    options=INTERMEDIATE_BETA_OPTIONS, return_linear=True, deadline=deadline.at)
             else:
                 if refine and REFINE_DTYPE != self.dtype:
                     # The later layers re-bounded by CROWN in the cheaper dtype (the costly part of
