@@ -96,7 +96,9 @@ def compute_bounds(
             own, slopes optimised per neuron and side for ``options.iterations`` steps before
             the next layer is bounded; the tightest and by far the costliest, meant for the
             root of a branch-and-bound search; with ``intermediate`` given, the CROWN pass is
-            skipped, as α starts from it). The output rows always use backward CROWN.
+            skipped, as α starts from it; with ``method="beta"`` and ``splits``, each neuron's
+            bounds also get multipliers of their own for the earlier layers' splits). The output
+            rows always use backward CROWN.
         weight_perturbation: δ ≥ 0: every weight and bias of every Linear/Conv2d layer may
             move by up to δ (ℓ∞); or a sequence with one δ per Linear/Conv2d layer, in order;
             or a dict ``{layer index: δ}``. Bounds then hold for every such network.
@@ -359,8 +361,8 @@ def _alpha_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radiu
     deadline only stops the tightening). With :class:`BetaCrownOptions`, the split constraints
     of earlier layers (``split_signs``) enter each row with multipliers of its own (β-CROWN
     for intermediate bounds: a domain whose first layers are split gets later bounds over the
-    inputs that satisfy the splits, not over its whole box; any β ≥ 0 is sound). Rows are bounded in chunks so that the slopes of one
-    chunk stay within :data:`_ALPHA_CHUNK_ELEMENTS`. A layer with more than
+    inputs that satisfy the splits, not over its whole box; any β ≥ 0 is sound). Rows are
+    bounded in chunks so that the slopes of one chunk stay within :data:`_ALPHA_CHUNK_ELEMENTS`. A layer with more than
     :data:`_ALPHA_MAX_UNSTABLE` unstable neurons in some domain keeps its CROWN bounds.
     """
     lower, upper = bounds[position]
