@@ -31,6 +31,7 @@ import torch
 
 from assay._lp_certificate import dual_upper_bound, ideal_cut_constants
 from assay.bounds import IntermediateBounds, compute_bounds
+from assay.bounds.ibp import cast_outward
 from assay.bounds.plan import gamma
 from assay.nn.layers import Flatten, Linear, ReLU, Reshape
 from assay.nn.network import Network
@@ -232,14 +233,8 @@ def _propagate(network: Network, lower: torch.Tensor, upper: torch.Tensor, inter
 def _result(intermediate: IntermediateBounds, lows, highs) -> IntermediateBounds:
     shape = [t.shape for t in intermediate.lower]
     dtype = intermediate.lower[0].dtype
-
-    def outward(values: np.ndarray, direction: float) -> torch.Tensor:
-        # float64 → the bounds' dtype, rounded away from the range (nearest could cut into it)
-        cast = torch.as_tensor(values, dtype=torch.float64).to(dtype)
-        inside = cast.to(torch.float64) < torch.as_tensor(values) if direction > 0 else \
-            cast.to(torch.float64) > torch.as_tensor(values)
-        return torch.where(inside, torch.nextafter(cast, torch.full_like(cast, direction * np.inf)), cast)
-
+    # float64 → the bounds' dtype rounded outwards (round to nearest could cut into the range)
+    cast = [cast_outward(torch.as_tensor(l), torch.as_tensor(h), dtype) for l, h in zip(lows, highs)]
     return IntermediateBounds(
-        tuple(torch.maximum(t, outward(l, -1.0).reshape(s)) for t, l, s in zip(intermediate.lower, lows, shape)),
-        tuple(torch.minimum(t, outward(h, 1.0).reshape(s)) for t, h, s in zip(intermediate.upper, highs, shape)))
+        tuple(torch.maximum(t, low.reshape(s)) for t, (low, _), s in zip(intermediate.lower, cast, shape)),
+        tuple(torch.minimum(t, high.reshape(s)) for t, (_, high), s in zip(intermediate.upper, cast, shape)))

@@ -221,16 +221,20 @@ class ReluSplitting:
             splits = [s.to(torch.int64) for s in branches.splits]
             parents = branches.parents
             alphas = [tags.get(f"alpha_{k}") for k in range(len(branches.splits))]
-            if refine and _unstable_after(parents, fixed) <= INTERMEDIATE_BETA_MAX_UNSTABLE:
+            to_bound = _unstable_after(parents, fixed) if refine else None
+            if to_bound is not None and to_bound <= INTERMEDIATE_BETA_MAX_UNSTABLE:
                 # Few neurons left to bound: each gets β-CROWN bounds of its own, which carry the
                 # earlier layers' splits (box-only bounds ignore them, and the search then splits
-                # neurons that the splits already fix, or domains that are empty).
-                # (In the cheaper dtype, as below; the β pass that decides keeps its own.)
-                parents = compute_bounds(
-                    self.network, box, spec=(self.C, self.d), method="beta", dtype=REFINE_DTYPE, sides="upper",
-                    splits=splits, intermediate=parents, refine_intermediate=True, fixed_layers=fixed,
-                    intermediate_method="alpha", alphas=alphas, options=INTERMEDIATE_BETA_OPTIONS,
-                    deadline=deadline.at).intermediate
+                # neurons that the splits already fix, or domains that are empty). In the cheaper
+                # dtype, as below; the β pass that decides keeps its own, with the same options
+                # (also where nothing is left to refine: on mnist 256x2 prop_10 its 20 steps at
+                # lr_beta 0.5 halve the search's time against the default options).
+                if to_bound > 0:
+                    parents = compute_bounds(
+                        self.network, box, spec=(self.C, self.d), method="beta", dtype=REFINE_DTYPE,
+                        sides="upper", splits=splits, intermediate=parents, refine_intermediate=True,
+                        fixed_layers=fixed, intermediate_method="alpha", alphas=alphas,
+                        options=INTERMEDIATE_BETA_OPTIONS, deadline=deadline.at).intermediate
                 result = compute_bounds(
                     self.network, box, spec=(self.C, self.d), method="beta", dtype=self.dtype, sides="upper",
                     splits=splits, intermediate=parents, refine_intermediate=False, alphas=alphas,
