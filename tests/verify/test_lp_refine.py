@@ -17,6 +17,7 @@ from scipy.optimize import linprog
 
 from assay.bounds import compute_bounds
 from assay.nn import Conv2d, Flatten, Linear, Network, ReLU
+from assay.verify import lp_refine
 from assay.verify.lp_refine import dense_layers, refine_bounds
 
 
@@ -180,3 +181,30 @@ def test_a_third_layer_neuron_whose_exact_maximum_is_1e4_from_zero(gap):
     assert abs(high[0] - gap) < 1e-9
     refined = refine_bounds(shifted, torch.as_tensor(lower), torch.as_tensor(upper), crown_intermediate(shifted, lower, upper))
     assert float(refined.upper[2][0, 0]) >= gap
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_dropping_slack_cuts_keeps_the_lp_and_its_certificate_in_step(seed, monkeypatch):
+    """With a cut pool of 0, every cut slack at an objective's optimum is deleted from HiGHS
+    after that objective: the rows kept for the certificate must follow (same count, same
+    order), and the bounds must still contain the exact range of every refined layer."""
+    monkeypatch.setattr(lp_refine, "CUT_POOL", 0)
+    dropped = []
+    original = lp_refine._Relaxation.drop_slack_cuts
+
+    def watched(self):
+        before = len(self.rows)
+        original(self)
+        assert self.highs.getNumRow() == len(self.rows) == len(self.is_cut)
+        dropped.append(before - len(self.rows))
+
+    monkeypatch.setattr(lp_refine._Relaxation, "drop_slack_cuts", watched)
+    rng = np.random.default_rng(30 + seed)
+    network = dense(rng, widths=(3, 5, 4, 3, 2))
+    lower, upper = rng.uniform(-1.5, -0.5, 3), rng.uniform(0.5, 1.5, 3)
+    given = crown_intermediate(network, lower, upper)
+    refined = refine_bounds(network, torch.as_tensor(lower), torch.as_tensor(upper), given)
+    assert sum(dropped) > 0
+    for k in (1, 2):
+        low, high = exact_range(network, lower, upper, k)
+        assert (refined.lower[k][0].numpy() <= low).all() and (refined.upper[k][0].numpy() >= high).all()
