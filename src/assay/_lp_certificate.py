@@ -17,7 +17,7 @@ import torch
 
 from assay.bounds.plan import gamma
 
-__all__ = ["dual_upper_bound", "ideal_cut_constants"]
+__all__ = ["dual_upper_bound", "ideal_cut_constants", "folded_row"]
 
 
 def dual_upper_bound(w, A_ub, b_ub, A_eq, b_eq, lower, upper, lam, mu) -> float:
@@ -80,3 +80,24 @@ def ideal_cut_constants(weights, box_low, box_high, bias: float, chosen) -> tupl
                                                                     + np.abs(at_high).sum())
     R = float(-at_low.sum()) + factor * float(np.abs(at_low).sum())
     return K, R
+
+
+def folded_row(row: np.ndarray, offset: float, M: np.ndarray, m: np.ndarray, M_error: np.ndarray | None = None,
+               m_error: np.ndarray | None = None) -> tuple[np.ndarray, float, np.ndarray, float]:
+    """A row ``row · (M r + m) + offset`` over an affine suffix, as ``c · r + constant`` in float64.
+
+    Returns (c, constant, c_error, constant_error): the exact coefficients lie within
+    ``c_error`` (elementwise) of ``c`` and the exact constant within ``constant_error`` of
+    ``constant``, counting the float64 rounding of the products and, where given, the suffix's own
+    error (``M_error``, ``m_error``: bounds of |M − exact M| and |m − exact m|). A caller that
+    bounds ``c · r`` over ``0 ≤ r ≤ r_max`` adds ``c_error · r_max + constant_error``.
+    """
+    c = row @ M
+    c_error = gamma(len(row) + 2, torch.float64) * (np.abs(row) @ np.abs(M))
+    constant = float(row @ m) + offset
+    constant_error = gamma(len(row) + 3, torch.float64) * (float(np.abs(row) @ np.abs(m)) + abs(offset))
+    if M_error is not None:
+        c_error = c_error + np.abs(row) @ M_error
+    if m_error is not None:
+        constant_error += float(np.abs(row) @ m_error)
+    return c, constant, c_error, constant_error

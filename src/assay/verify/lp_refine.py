@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from assay._lp_certificate import dual_upper_bound, ideal_cut_constants
+from assay._lp_certificate import dual_upper_bound, folded_row, ideal_cut_constants
 from assay.bounds import IntermediateBounds, compute_bounds
 from assay.bounds.ibp import cast_outward
 from assay.bounds.plan import gamma
@@ -259,20 +259,18 @@ def row_upper_bounds(network: Network, lower: torch.Tensor, upper: torch.Tensor,
         lp.add_layer(W, b, intermediate.lower[k][0].reshape(-1).to(torch.float64).numpy(),
                      intermediate.upper[k][0].reshape(-1).to(torch.float64).numpy())
     W, b = layers[-1]
-    W, b = W.astype(np.float64), b.astype(np.float64)
     h_max = np.maximum(lp.box[1], 0.0)  # the last hidden layer's outputs lie in [0, h_max]
     bounds = np.full(len(C64), np.inf)
     for i, (row, offset) in enumerate(zip(C64, d64)):
         if deadline is not None and time.monotonic() >= deadline:
             break
-        weights = row @ W  # C_i (W h + b) + d_i = weights · h + constant, both rounded: charged below
-        constant = row @ b + offset
+        # C_i (W h + b) + d_i = weights · h + constant, both rounded: their errors are charged below
+        weights, constant, weights_error, constant_error = folded_row(
+            row, float(offset), W.astype(np.float64), b.astype(np.float64))
         value = lp.maximum(lp.outputs, weights, deadline)
         if not np.isfinite(value):
             continue
-        error = gamma(len(row) + 2, torch.float64) * (
-            (np.abs(row) @ np.abs(W)) @ h_max + np.abs(row) @ np.abs(b) + abs(offset)) + gamma(3, torch.float64) * (
-            abs(value) + abs(constant))
+        error = float(weights_error @ h_max) + constant_error + gamma(3, torch.float64) * (abs(value) + abs(constant))
         bounds[i] = float(np.nextafter(value + constant + error, np.inf))
     return torch.as_tensor(bounds)
 

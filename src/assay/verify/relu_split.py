@@ -79,7 +79,8 @@ def conjunction_searches(network: Network, query: UnsafeQuery, *, dtype: str = "
     if not tighten:  # one ReLU layer: the rows left open get the (far tighter) hull LP's bounds
         hull = open_rows_lp_bounds(network, query, shared, None if deadline is None else deadline.at)
         if hull is not None:
-            shared = replace(shared, upper=torch.minimum(shared.upper, hull.to(shared.upper.dtype)))
+            # float64 LP bounds into the bounds' dtype rounded upwards (nearest could cut below)
+            shared = replace(shared, upper=torch.minimum(shared.upper, _upwards(hull, shared.upper.dtype)))
     if refined is not None:
         shared = _lp_bounded_open_rows(network, query, shared, refined, deadline)
     searches = []
@@ -98,16 +99,21 @@ def _lp_bounded_open_rows(network, query, shared, refined: IntermediateBounds, d
     ``refined`` pre-activation bounds where tighter (unchanged for a network that is not dense)."""
     negative = shared.upper.reshape(-1) < 0
     open_groups = [g for g in range(query.num_groups) if not bool(negative[query.groups == g].any())]
-    rows = torch.isin(query.groups, torch.tensor(open_groups, dtype=query.groups.dtype))
     if not open_groups:
         return shared
+    rows = torch.isin(query.groups, torch.tensor(open_groups, dtype=query.groups.dtype))
     bounds = row_upper_bounds(network, query.lower, query.upper, refined, query.C[rows], query.d[rows],
                               None if deadline is None else deadline.at)
     if bounds is None:
         return shared
     upper = shared.upper.clone()
-    upper[0, rows] = torch.minimum(upper[0, rows], cast_outward(bounds, bounds, upper.dtype)[1])
+    upper[0, rows] = torch.minimum(upper[0, rows], _upwards(bounds, upper.dtype))
     return replace(shared, upper=upper)
+
+
+def _upwards(bounds: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Upper bounds cast into ``dtype``, rounded upwards."""
+    return cast_outward(bounds, bounds, dtype)[1]
 
 
 def _root_bounds(network, query, C, d, dtype, deadline: Deadline | None, tighten: IntermediateBounds | None = None,

@@ -36,7 +36,7 @@ import scipy.sparse as sp
 import torch
 
 from assay._lp import linprog
-from assay._lp_certificate import dual_upper_bound, ideal_cut_constants
+from assay._lp_certificate import dual_upper_bound, folded_row, ideal_cut_constants
 from assay.bounds.plan import gamma
 from assay.nn.layers import AvgPool2d, Conv2d, Flatten, Linear, ReLU, Reshape
 from assay.nn.network import Network
@@ -161,11 +161,7 @@ def root_lp_upper_bounds(form: OneLayerForm, lower: np.ndarray, upper: np.ndarra
 
 
 def _row_bound(form, lower, upper, row, offset, z_lower, z_upper, deadline) -> float:
-    c = row @ form.M
-    c_error = np.abs(row) @ form.M_error + gamma(len(row) + 2, torch.float64) * (np.abs(row) @ np.abs(form.M))
-    constant = float(row @ form.m) + offset
-    constant_error = float(np.abs(row) @ form.m_error) + gamma(len(row) + 3, torch.float64) * (
-        float(np.abs(row) @ np.abs(form.m)) + abs(offset))
+    c, constant, c_error, constant_error = folded_row(row, offset, form.M, form.m, form.M_error, form.m_error)
     r_max = np.maximum(z_upper, 0.0)
     # Rounding of c, and of the constant: r ∈ [0, max(u, 0)] for every neuron (0 for dead ones).
     slack = float(c_error @ r_max) + constant_error
