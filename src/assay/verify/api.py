@@ -15,7 +15,7 @@ from assay.verify.input_split import root_branch as input_root
 from assay.verify.lp_refine import dense_layers, refine_bounds
 from assay.verify.options import INPUT_SPLIT_MAX_INPUTS, VerifyOptions
 from assay.verify.problem import UnsafeQuery, from_required, from_unsafe
-from assay.verify.relu_split import conjunction_searches, pooled_upper_bounds, refutes_every_conjunction
+from assay.verify.relu_split import conjunction_searches, pooled_upper_bounds, refutes_every_conjunction, root_corners
 from assay.verify.result import Counterexample, VerificationResult, VerificationStats, VerificationStatus
 from assay.verify.search import SearchState, SearchStats, branch_and_bound
 
@@ -132,9 +132,11 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
             if not all(plan.refuted_at_root for plan, _ in plans):
                 open_queries.append((query, plans))
     if options.attack_restarts:
-        for query, _ in open_queries:
+        for query, root in open_queries:
             stats.attacks += 1
-            found = search(network, query, rng, restarts=options.attack_restarts, deadline=deadline)
+            # ReLU splitting: PGD starts at the corners where the root's linear bounds peak, too
+            guides = root_corners(root) if strategy == "relu" else None
+            found = search(network, query, rng, restarts=options.attack_restarts, deadline=deadline, guides=guides)
             if found is not None:
                 return finish(VerificationStatus.VIOLATED, found, query.index)
     if strategy == "relu":

@@ -107,9 +107,17 @@ def search(
     steps: int = 50,
     samples: int | None = None,
     deadline: Deadline | None = None,
+    guides: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Random sampling, then PGD from the best samples and random restarts over the query box
     (``steps`` steps of a fine schedule, then twice as many of a coarse one).
+
+    ``guides`` (k, n): further points of the box to start PGD from, besides the centre, e.g. the
+    corners where sound linear upper bounds of the rows peak (:func:`assay.verify.relu_split.
+    root_corners`): where the relaxation places a violation. On mnist 256x6 prop_1 (ε 0.05) PGD
+    from the centre and 512 random starts stalls at margin −0.81, far from the violating corners;
+    from the corners of the root's α-CROWN bounds it reaches +0.9 in a few steps. They come on
+    top of the ``restarts``.
 
     Half of the samples are uniform, half are drawn from Beta(0.3, 0.3) per coordinate, which
     puts most of them near the faces and corners of the box, where violations of trained
@@ -155,6 +163,8 @@ def search(
     center = ((query.lower + query.upper) / 2).unsqueeze(0)
     random_starts = query.lower + width * torch.as_tensor(rng.uniform(size=(max(restarts - keep - 1, 0), n)))
     starts = torch.cat([center, best, random_starts])[: max(restarts, 1)]
+    if guides is not None and len(guides):
+        starts = torch.cat([starts[:1], guides.reshape(len(guides), n).to(starts.dtype), starts[1:]])
     box = query.lower.expand_as(starts), query.upper.expand_as(starts)
     x, _ = pgd(network, query, *box, starts, steps, deadline=deadline)
     found = confirm(network, query, x)

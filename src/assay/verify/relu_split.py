@@ -330,13 +330,29 @@ def _unstable_after(intermediate: IntermediateBounds, fixed: int) -> int:
     return int(torch.stack(counts).sum(0).max()) if counts else 0
 
 
+def root_corners(plans: list[tuple[ReluSplitting, SearchState]]) -> torch.Tensor | None:
+    """(k, n): per row of every conjunction the root leaves open, the corner of the box where
+    its linear upper bound (from :func:`conjunction_searches`) peaks; None when none is open.
+
+    Where the relaxation places a violation: good starts for an attack (see the ``guides`` of
+    :func:`assay.verify.attack.search`). Only starts, never a verdict."""
+    corners = [_corners(plan.root_bounds.linear.upper_A, plan.query).reshape(-1, plan.query.lower.numel())
+               for plan, _ in plans
+               if not plan.refuted_at_root and plan.root_bounds is not None and plan.root_bounds.linear is not None]
+    return torch.cat(corners) if corners else None
+
+
+def _corners(upper_A: torch.Tensor, query: UnsafeQuery) -> torch.Tensor:
+    """(B, S, n): the box corners that maximise linear upper bounds with coefficients ``upper_A`` (B, S, …)."""
+    A = upper_A.reshape(upper_A.shape[0], upper_A.shape[1], -1)
+    return torch.where(A > 0, query.upper, query.lower)
+
+
 def _probe(network, query, result, open_, attack: bool = False, deadline: Deadline | None = None):
     """Corners of the box that maximise the open domains' linear upper bounds (+ the center);
     with ``attack``, also PGD started from the corners of the 16 least refuted domains."""
-    A = result.linear.upper_A[open_]
-    A = A.reshape(A.shape[0], A.shape[1], -1)
     lower, upper = query.lower, query.upper
-    corners = torch.where(A > 0, upper, lower)  # (B, S, n)
+    corners = _corners(result.linear.upper_A[open_], query)  # (B, S, n)
     candidates = torch.cat([corners.reshape(-1, lower.numel())[:512], ((lower + upper) / 2).unsqueeze(0)])
     found = confirm(network, query, candidates)
     if found is None and attack:
