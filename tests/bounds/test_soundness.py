@@ -400,3 +400,61 @@ def test_float32_bounds_hold_for_rows_that_float32_cannot_represent():
     for method in ("ibp", "crown", "alpha"):
         result = compute_bounds(network, (point, point), method=method, spec=(C, d), dtype="float32")
         assert result.lower.double().item() <= exact <= result.upper.double().item(), method
+
+
+@pytest.mark.parametrize("method", ["alpha", "beta"])
+@FAST
+@given(network=networks, seed=st.integers(0, 2**32 - 1))
+def test_drafted_bounds_contain_outputs_inside_the_split_region(method, network, seed):
+    """Slopes and multipliers optimised in float32 (``draft_dtype``), bounds in float64."""
+    rng = np.random.default_rng(seed)
+    lower, upper = random_boxes(network, rng, batch=3, max_width=2.0)
+    parent = compute_bounds(network, (lower, upper), method="crown")
+    splits = random_splits(network, parent.intermediate, rng)
+    options = {"alpha": AlphaCrownOptions(iterations=5, draft_dtype="float32"),
+               "beta": BetaCrownOptions(iterations=5, draft_dtype="float32")}[method]
+    result = compute_bounds(network, (lower, upper), method=method, splits=splits, options=options,
+                            intermediate=parent.intermediate, refine_intermediate=False)
+    assert result.lower.dtype == torch.float64
+    x = sample_box(lower, upper, rng, SAMPLES)
+    mask = satisfies_splits(network, x, splits)
+    assert_contains(result, forward_batched(network, x), mask)
+    assert not (torch.isinf(result.lower).all(1) & mask.any(0)).any()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_drafted_bound_is_the_float64_bound_of_its_start_or_its_best_draft(seed):
+    """The float32 iterates only choose slopes: the bound returned is the float64 bound at the
+    starting slopes or at the slopes returned (the best draft), whichever is tighter, to the bit.
+    Returning a float32 iterate's own value (rounding uncharged) would break the equality."""
+    rng = np.random.default_rng(seed)
+    network = _small_relu_chain(rng)
+    lower = torch.as_tensor(rng.uniform(-1, 0, (2, 6)))
+    upper = lower + torch.as_tensor(rng.uniform(0.5, 1.5, (2, 6)))
+    drafted = compute_bounds(network, (lower, upper), method="alpha",
+                             options=AlphaCrownOptions(iterations=10, draft_dtype="float32"))
+    start = compute_bounds(network, (lower, upper), method="alpha", options=AlphaCrownOptions(iterations=0))
+    at_best = compute_bounds(network, (lower, upper), method="alpha", options=AlphaCrownOptions(iterations=0),
+                             alphas=drafted.alphas)
+    assert torch.equal(drafted.upper, torch.minimum(start.upper, at_best.upper))
+    assert torch.equal(drafted.lower, torch.maximum(start.lower, at_best.lower))
+    assert (drafted.upper < start.upper).any(), "the draft improved nothing: the test proves little"
+
+
+def _small_relu_chain(rng):
+    from assay.nn import Linear, Network, ReLU
+
+    widths = [6, 16, 16, 4]
+    layers = []
+    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+        layers.append(Linear(torch.as_tensor(rng.normal(0, 1 / np.sqrt(a), (b, a))), torch.as_tensor(rng.normal(0, 0.1, b))))
+        if i < len(widths) - 2:
+            layers.append(ReLU())
+    return Network(tuple(layers), (6,))
+
+
+def test_draft_dtype_is_checked():
+    from assay.errors import OptionError
+
+    with pytest.raises(OptionError, match="draft_dtype"):
+        BetaCrownOptions(draft_dtype="float16")

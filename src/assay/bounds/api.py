@@ -166,7 +166,9 @@ def compute_bounds(
             infeasible = infeasible | empty
             return l, torch.maximum(l, u)
 
-        bounds = interval_pass(plan, lower, upper, deltas, clamp)
+        # the given pre-activation bounds stand for their tensors' intervals (clamp intersects
+        # them with the splits)
+        bounds = interval_pass(plan, lower, upper, deltas, clamp, given=known)
         center, radius = center_radius(lower, upper)
         stats = {"domains": batch, "rows": C.shape[1], "method": method}
         if spec_of_method.linear and (intermediate is None or refine_intermediate) and intermediate_method == "forward":
@@ -240,6 +242,7 @@ def compute_bounds(
                 lr_alpha=lr_alpha, lr_beta=lr_beta, lr_decay=options.lr_decay,
                 objective=objective, to_linear=to_linear, deadline=deadline, relax=relax,
                 initial_alphas=initial,
+                draft_dtype=None if options.draft_dtype is None else resolve_dtype(options.draft_dtype),
             )
             optimised_alphas = tuple(slopes.get(p) for p in plan.relu_positions)
         stats["iterations"] = iterations

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 
 from assay.bounds.crown import Backward, backsubstitute, concretize, rounding_scales
-from assay.bounds.plan import Plan
+from assay.bounds.plan import Plan, plan_for
 from assay.bounds.relaxation import relax_relu
 from assay.bounds.result import LinearBounds
 
@@ -45,6 +45,7 @@ def optimize_bounds(
     relax=relax_relu,
     initial_alphas: dict[int, torch.Tensor] | None = None,
     target: int | None = None,
+    draft_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, Backward, torch.Tensor, int, dict[int, torch.Tensor]]:
     """Maximise the lower bound of each row of ``C · f(x) + d`` over α (and β where split).
 
@@ -62,6 +63,12 @@ def optimize_bounds(
         target: the tensor whose rows are bounded (see :func:`backsubstitute`): the input of
             ReLU stage ``target``, or None for the network output. Only ReLU layers before it
             get slopes.
+        draft_dtype: a cheaper dtype (float32) to iterate in, when ``plan`` is in a wider one: the
+            Adam steps walk the network in it without rounding terms, and only the starting
+            point and the best iterate of each domain are bounded in ``plan``'s dtype, which
+            alone give the returned bounds. On CPU a float32 step costs about half a float64
+            one; float32 bounds with their rounding terms are looser by ~10⁻² on CIFAR
+            networks (oval21 cifar_base: 0.112 against 0.096), the drafted ones are not.
     Returns:
         (best lower (B, S) elementwise over iterations, Backward at the best objective per
         domain, its margin, iterations run, the α of that Backward per ReLU position).
@@ -73,18 +80,30 @@ def optimize_bounds(
     relaxations = {p: relax(*bounds[p]) for p in plan.relu_positions if p < target}
     scales = rounding_scales(plan, target, bounds)  # the same for every iterate
     initial_alphas = initial_alphas or {}
-    for position, relax in relaxations.items():
-        if relax.unstable.any():
-            init = relax.lower_slope.unsqueeze(1).expand(batch, rows, *relax.lower_slope.shape[1:])
+    for position, relaxation in relaxations.items():
+        if relaxation.unstable.any():
+            init = relaxation.lower_slope.unsqueeze(1).expand(batch, rows, *relaxation.lower_slope.shape[1:])
             if position in initial_alphas:
                 given = initial_alphas[position].to(init.dtype).clamp(0.0, 1.0)
-                init = torch.where(relax.unstable.unsqueeze(1), given.expand_as(init), init)
+                init = torch.where(relaxation.unstable.unsqueeze(1), given.expand_as(init), init)
             alphas[position] = init.clone().requires_grad_(True)
     betas: dict[int, torch.Tensor] = {}
     split_signs = split_signs or {}
     for position, signs in split_signs.items():
         if position < target and (signs != 0).any():
             betas[position] = torch.zeros(batch, rows, *signs.shape[1:], dtype=C.dtype, requires_grad=True)
+
+    exact = _evaluator(plan, target, C, d, bounds, deltas, relaxations, scales, center, radius, split_signs)
+    with torch.no_grad():
+        best_back, best_lower, best_margin = exact(alphas, betas)
+        best_score = objective(to_linear(best_back, best_margin), best_lower)
+        best_alphas = {p: a.detach().clone() for p, a in alphas.items()}
+    if not (alphas or betas) or iterations == 0:
+        return best_lower, best_back, best_margin, 0, best_alphas
+    if draft_dtype is not None and draft_dtype != plan.dtype:
+        return _drafted(plan, target, C, d, bounds, deltas, split_signs, center, radius, relax, alphas, betas,
+                        iterations, lr_alpha, lr_beta, lr_decay, objective, to_linear, deadline, draft_dtype,
+                        exact, (best_back, best_lower, best_margin, best_score))
 
     groups = []
     if alphas:
@@ -93,18 +112,7 @@ def optimize_bounds(
         groups.append({"params": list(betas.values()), "lr": lr_beta})
 
     def evaluate():
-        signed = {p: betas[p].clamp(min=0) * split_signs[p].unsqueeze(1) for p in betas}
-        slopes = {p: a.clamp(0.0, 1.0) for p, a in alphas.items()}
-        back = backsubstitute(plan, target, C, d, bounds, deltas, slopes, signed, relaxations, scales=scales)
-        lower, margin = concretize(plan, back, center, radius)
-        return back, lower, margin
-
-    with torch.no_grad():
-        best_back, best_lower, best_margin = evaluate()
-        best_score = objective(to_linear(best_back, best_margin), best_lower)
-        best_alphas = {p: a.detach().clone() for p, a in alphas.items()}
-    if not groups or iterations == 0:
-        return best_lower, best_back, best_margin, 0, best_alphas
+        return exact(alphas, betas)
 
     optimizer = _Adam(groups, lr_decay)
     done = 0
@@ -141,11 +149,82 @@ def optimize_bounds(
     return best_lower, best_back, best_margin, done, best_alphas
 
 
-def _keep_improved(best: dict, current: dict, improved: torch.Tensor) -> None:
-    """Copy the current α of the domains whose objective improved into ``best`` (in place)."""
-    for position, alpha in current.items():
-        mask = improved.view(-1, *([1] * (alpha.dim() - 1)))
-        best[position] = torch.where(mask, alpha.detach().clamp(0.0, 1.0), best[position])
+def _evaluator(plan, target, C, d, bounds, deltas, relaxations, scales, center, radius, split_signs,
+               rounding: bool = True):
+    """The bound of the rows for given slopes and split multipliers: (α, β) → (Backward, lower, margin)."""
+
+    def evaluate(alphas, betas):
+        signed = {p: betas[p].clamp(min=0) * split_signs[p].unsqueeze(1) for p in betas}
+        slopes = {p: a.clamp(0.0, 1.0) for p, a in alphas.items()}
+        back = backsubstitute(plan, target, C, d, bounds, deltas, slopes, signed, relaxations, scales=scales,
+                              rounding=rounding)
+        lower, margin = concretize(plan, back, center, radius)
+        return back, lower, margin
+
+    return evaluate
+
+
+def _drafted(plan, target, C, d, bounds, deltas, split_signs, center, radius, relax, alphas, betas, iterations,
+             lr_alpha, lr_beta, lr_decay, objective, to_linear, deadline, draft_dtype, exact, start):
+    """:func:`optimize_bounds` iterating in ``draft_dtype``: Adam on copies of α and β in it, the
+    draft walks skip rounding terms (they only rank iterates); each domain's best draft iterate
+    is then bounded by ``exact`` (``plan``'s dtype, rounding charged) and kept where it beats
+    the start ``(back, lower, margin, score)``. Only ``exact``'s values are returned."""
+    cast = lambda t: t.to(draft_dtype)  # noqa: E731
+    draft_plan = plan_for(plan.network, draft_dtype)
+    draft_bounds = [(cast(lower), cast(upper)) for lower, upper in bounds]
+    draft_relaxations = {p: relax(*draft_bounds[p]) for p in plan.relu_positions if p < target}
+    draft = _evaluator(draft_plan, target, cast(C), cast(d), draft_bounds, deltas, draft_relaxations, None,
+                       cast(center), cast(radius), {p: cast(s) for p, s in split_signs.items()}, rounding=False)
+    alphas = {p: cast(a.detach()).requires_grad_(True) for p, a in alphas.items()}
+    betas = {p: cast(b.detach()).requires_grad_(True) for p, b in betas.items()}
+    groups = [group for group in ({"params": list(alphas.values()), "lr": lr_alpha},
+                                  {"params": list(betas.values()), "lr": lr_beta}) if group["params"]]
+    optimizer = _Adam(groups, lr_decay)
+    kept_alphas = {p: a.detach().clone() for p, a in alphas.items()}
+    kept_betas = {p: b.detach().clone() for p, b in betas.items()}
+    kept_score = None
+    done = 0
+    for _ in range(iterations):
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        done += 1
+        optimizer.zero_grad()
+        back, lower, margin = draft(alphas, betas)
+        score = objective(to_linear(back, margin), lower)
+        (-score.sum()).backward()
+        with torch.no_grad():
+            score = score.detach()
+            improved = score > kept_score if kept_score is not None else torch.ones_like(score, dtype=torch.bool)
+            kept_score = score if kept_score is None else torch.where(improved, score, kept_score)
+            _keep_improved(kept_alphas, alphas, improved)
+            _keep_improved(kept_betas, betas, improved, low=0.0, high=None)
+        optimizer.step()
+        with torch.no_grad():
+            for a in alphas.values():
+                a.clamp_(0.0, 1.0)
+            for beta in betas.values():
+                beta.clamp_(min=0.0)
+    best_back, best_lower, best_margin, best_score = start
+    with torch.no_grad():
+        back, lower, margin = exact({p: a.to(plan.dtype) for p, a in kept_alphas.items()},
+                                    {p: b.to(plan.dtype) for p, b in kept_betas.items()})
+        score = objective(to_linear(back, margin), lower)
+        improved = score > best_score
+        best_lower = torch.maximum(best_lower, lower)  # both bounds are sound
+        best_back = _select(improved, back, best_back)
+        best_margin = torch.where(improved.unsqueeze(1), margin, best_margin)
+        best_alphas = {p: a.to(plan.dtype) for p, a in kept_alphas.items()}
+    return best_lower, best_back, best_margin, done, best_alphas
+
+
+def _keep_improved(best: dict, current: dict, improved: torch.Tensor, low: float | None = 0.0,
+                   high: float | None = 1.0) -> None:
+    """Copy the current α (or β: ``high=None``) of the domains whose objective improved into
+    ``best`` (in place), clamped to their feasible range."""
+    for position, value in current.items():
+        mask = improved.view(-1, *([1] * (value.dim() - 1)))
+        best[position] = torch.where(mask, value.detach().clamp(low, high), best[position])
 
 
 class _Adam:
