@@ -201,7 +201,7 @@ class ReluSplitting:
     Children's pre-activation bounds: a split at ReLU layer k leaves the parent's bounds of
     layers ≤ k valid (clamped by the split), so only later layers are recomputed, by CROWN in
     :data:`REFINE_DTYPE` (float32: sound margins, half float64's cost; the β-CROWN pass that
-    decides the domain keeps ``dtype``). On wide
+    decides the domain bounds in ``dtype``, its Adam steps drafted in :data:`DRAFT_DTYPE`). On wide
     networks (more than :data:`REFINE_MAX_RELUS` ReLUs) recomputing them costs far more than
     the β-CROWN pass itself, so children keep their parent's bounds as they are (as β-CROWN
     does) and the split constraints enter only through β and the clamping. A batch with few
