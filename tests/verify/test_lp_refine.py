@@ -256,3 +256,20 @@ def test_a_row_whose_exact_maximum_is_1e4_from_zero(gap):
     bound = row_upper_bounds(network, torch.as_tensor(lower), torch.as_tensor(upper), refined, torch.as_tensor(C),
                              torch.as_tensor(d))
     assert gap <= float(bound[0]) <= gap + 1e-7
+
+
+def test_a_solve_stops_at_the_deadline():
+    """HiGHS gets the time left as its limit (its clock counts all runs of an LP object): an LP
+    that takes seconds to solve, asked for a bound 0.3 s ahead, gives up (+inf, a sound
+    "unknown") instead of running past the deadline to a finite bound."""
+    rng = np.random.default_rng(0)
+    widths = (100, 300, 300, 300, 2)
+    layers = []
+    for a, b in zip(widths[:-1], widths[1:]):
+        layers += [Linear(rng.normal(size=(b, a)) / np.sqrt(a), rng.normal(size=b) * 0.1), ReLU()]
+    network = Network(tuple(layers[:-1]), (100,))
+    lower, upper = -torch.ones(100, dtype=torch.float64), torch.ones(100, dtype=torch.float64)
+    given = compute_bounds(network, (lower.reshape(1, -1), upper.reshape(1, -1))).intermediate
+    C, d = torch.tensor([[1.0, -1.0]], dtype=torch.float64), torch.zeros(1, dtype=torch.float64)
+    bounds = row_upper_bounds(network, lower, upper, given, C, d, deadline=time.monotonic() + 0.3)
+    assert torch.isinf(bounds).all()

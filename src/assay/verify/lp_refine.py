@@ -162,6 +162,13 @@ class _Relaxation:
         self.highs.changeColsCost(count, np.arange(count, dtype=np.int32), cost)
         self.highs.changeColsCost(len(columns), np.asarray(columns, dtype=np.int32), -np.asarray(weights, float))
         for round_ in range(SEPARATION_ROUNDS + 1):
+            if deadline is not None:
+                # HiGHS' time limit counts its object's whole run time (its clocks are not reset
+                # between runs): a solve may use what is left before the deadline, no more.
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return float("inf")
+                self.highs.setOptionValue("time_limit", self.highs.getRunTime() + left)
             self.highs.run()
             if self.highs.getModelStatus() != self.kOptimal:
                 return float("inf")
