@@ -105,41 +105,20 @@ def optimize_bounds(
                         iterations, lr_alpha, lr_beta, lr_decay, objective, to_linear, deadline, draft_dtype,
                         exact, (best_back, best_lower, best_margin, best_score))
 
-    groups = []
-    if alphas:
-        groups.append({"params": list(alphas.values()), "lr": lr_alpha})
-    if betas:
-        groups.append({"params": list(betas.values()), "lr": lr_beta})
-
-    def evaluate():
-        return exact(alphas, betas)
-
-    optimizer = _Adam(groups, lr_decay)
     done = 0
-    for _ in range(iterations):
-        if deadline is not None and time.monotonic() > deadline:
-            break
+    for back, lower, margin, score in _adam_steps(alphas, betas, exact, objective, to_linear, iterations,
+                                                  lr_alpha, lr_beta, lr_decay, deadline):
         done += 1
-        optimizer.zero_grad()
-        back, lower, margin = evaluate()
-        score = objective(to_linear(back, margin), lower)
-        (-score.sum()).backward()
         with torch.no_grad():
             best_lower = torch.maximum(best_lower, lower.detach())
-            improved = score.detach() > best_score
+            improved = score > best_score
             if improved.any():
-                best_score = torch.where(improved, score.detach(), best_score)
+                best_score = torch.where(improved, score, best_score)
                 best_back = _select(improved, back, best_back)
                 best_margin = torch.where(improved.unsqueeze(1), margin.detach(), best_margin)
                 _keep_improved(best_alphas, alphas, improved)
-        optimizer.step()
-        with torch.no_grad():
-            for a in alphas.values():
-                a.clamp_(0.0, 1.0)
-            for beta in betas.values():
-                beta.clamp_(min=0.0)
     with torch.no_grad():
-        back, lower, margin = evaluate()
+        back, lower, margin = exact(alphas, betas)
         best_lower = torch.maximum(best_lower, lower)
         score = objective(to_linear(back, margin), lower)
         improved = score > best_score
@@ -178,33 +157,18 @@ def _drafted(plan, target, C, d, bounds, deltas, split_signs, center, radius, re
                        cast(center), cast(radius), {p: cast(s) for p, s in split_signs.items()}, rounding=False)
     alphas = {p: cast(a.detach()).requires_grad_(True) for p, a in alphas.items()}
     betas = {p: cast(b.detach()).requires_grad_(True) for p, b in betas.items()}
-    groups = [group for group in ({"params": list(alphas.values()), "lr": lr_alpha},
-                                  {"params": list(betas.values()), "lr": lr_beta}) if group["params"]]
-    optimizer = _Adam(groups, lr_decay)
     kept_alphas = {p: a.detach().clone() for p, a in alphas.items()}
     kept_betas = {p: b.detach().clone() for p, b in betas.items()}
     kept_score = None
     done = 0
-    for _ in range(iterations):
-        if deadline is not None and time.monotonic() > deadline:
-            break
+    for _, _, _, score in _adam_steps(alphas, betas, draft, objective, to_linear, iterations,
+                                      lr_alpha, lr_beta, lr_decay, deadline):
         done += 1
-        optimizer.zero_grad()
-        back, lower, margin = draft(alphas, betas)
-        score = objective(to_linear(back, margin), lower)
-        (-score.sum()).backward()
         with torch.no_grad():
-            score = score.detach()
             improved = score > kept_score if kept_score is not None else torch.ones_like(score, dtype=torch.bool)
             kept_score = score if kept_score is None else torch.where(improved, score, kept_score)
             _keep_improved(kept_alphas, alphas, improved)
             _keep_improved(kept_betas, betas, improved, low=0.0, high=None)
-        optimizer.step()
-        with torch.no_grad():
-            for a in alphas.values():
-                a.clamp_(0.0, 1.0)
-            for beta in betas.values():
-                beta.clamp_(min=0.0)
     best_back, best_lower, best_margin, best_score = start
     with torch.no_grad():
         back, lower, margin = exact({p: a.to(plan.dtype) for p, a in kept_alphas.items()},
@@ -216,6 +180,29 @@ def _drafted(plan, target, C, d, bounds, deltas, split_signs, center, radius, re
         best_margin = torch.where(improved.unsqueeze(1), margin, best_margin)
         best_alphas = {p: a.to(plan.dtype) for p, a in kept_alphas.items()}
     return best_lower, best_back, best_margin, done, best_alphas
+
+
+def _adam_steps(alphas, betas, evaluate, objective, to_linear, iterations, lr_alpha, lr_beta, lr_decay, deadline):
+    """Adam on ``alphas`` (kept in [0, 1]) and ``betas`` (kept ≥ 0), in place: yields each
+    iterate's (Backward, lower, margin, score) before stepping from it; stops after
+    ``iterations`` steps or at ``deadline``."""
+    groups = [group for group in ({"params": list(alphas.values()), "lr": lr_alpha},
+                                  {"params": list(betas.values()), "lr": lr_beta}) if group["params"]]
+    optimizer = _Adam(groups, lr_decay)
+    for _ in range(iterations):
+        if deadline is not None and time.monotonic() > deadline:
+            return
+        optimizer.zero_grad()
+        back, lower, margin = evaluate(alphas, betas)
+        score = objective(to_linear(back, margin), lower)
+        (-score.sum()).backward()
+        yield back, lower, margin, score.detach()
+        optimizer.step()
+        with torch.no_grad():
+            for a in alphas.values():
+                a.clamp_(0.0, 1.0)
+            for beta in betas.values():
+                beta.clamp_(min=0.0)
 
 
 def _keep_improved(best: dict, current: dict, improved: torch.Tensor, low: float | None = 0.0,
