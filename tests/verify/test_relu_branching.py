@@ -90,12 +90,13 @@ def test_the_chosen_neuron_is_the_shortlisted_one_with_the_tightest_worse_child(
     row_upper = bounded.payload.result.upper[open_]
     scores = relu_split._babsr_scores(network, strategy.C, list(domains.splits), domains.parents, row_upper)
     flat = torch.cat([s.reshape(1, -1) for s in scores], 1)
-    _, candidates = flat.topk(3, dim=1)
+    shortlist, candidates = flat.topk(min(relu_split.FSB_CANDIDATES, flat.shape[1]), dim=1)
     estimates = relu_split._children_estimates(network, strategy.C, strategy.d, domains, candidates, "float64")
+    worse_child = torch.where(shortlist[0] > 0, estimates[0].amax(1), torch.inf)  # stable neurons never win
     child_splits, _, _ = relu_split._branch(network, strategy.C, strategy.d, domains, row_upper)
     changed = torch.cat([(c[0] != p[0]).reshape(-1) for c, p in zip(child_splits, domains.splits)]).nonzero()
     assert changed.numel() == 1
-    assert int(changed) == int(candidates[0, estimates[0].amax(1).argmin()])
+    assert int(changed) == int(candidates[0, worse_child.argmin()])
     # The two children split that neuron both ways.
     flat_children = torch.cat([c.reshape(2, -1) for c in child_splits], 1)
     assert flat_children[0, int(changed)] == 1 and flat_children[1, int(changed)] == -1

@@ -155,7 +155,9 @@ class ReluTree:
         return all(bool(s.verified.all()) for s in self.searches)
 
     def coverage(self, network: Network, query: UnsafeQuery) -> float:
-        """1.0 when every leaf is verified, else the verified share of points sampled in X(t)."""
+        """1.0 when every leaf is verified, else the verified share of points sampled in X(t),
+        kept below 1 (an open leaf that no sample reached counts as half a sample: a step with an
+        open leaf is not fully covered, however small that leaf)."""
         if self.all_verified:
             return 1.0
         rng = np.random.default_rng(0)
@@ -174,7 +176,7 @@ class ReluTree:
             broken = negative @ (signs > 0).to(torch.float32).T + positive @ (signs < 0).to(torch.float32).T
             inside = broken == 0
             covered &= (inside & leaves.verified.unsqueeze(0)).any(1)
-        return float(covered.to(torch.float64).mean())
+        return min(float(covered.to(torch.float64).mean()), 1.0 - 0.5 / x.shape[0])
 
     # ------------------------------------------------------------------ pieces
     def _refute(self, network, strategy, todo: Branches, lower, upper, changed, network_same, stats):
