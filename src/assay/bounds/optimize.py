@@ -148,7 +148,10 @@ def _drafted(plan, target, C, d, bounds, deltas, split_signs, center, radius, re
     """:func:`optimize_bounds` iterating in ``draft_dtype``: Adam on copies of α and β in it, the
     draft walks skip rounding terms (they only rank iterates); each domain's best draft iterate
     is then bounded by ``exact`` (``plan``'s dtype, rounding charged) and kept where it beats
-    the start ``(back, lower, margin, score)``. Only ``exact``'s values are returned."""
+    the start ``(back, lower, margin, score)``. Only ``exact``'s values are returned. The slopes
+    returned are each domain's best draft iterate, also where the start's Backward is kept: they
+    only warm-start later calls (any slope in [0, 1] is sound), and the best draft is the better
+    start on the rows the draft improved."""
     cast = lambda t: t.to(draft_dtype)  # noqa: E731
     draft_plan = plan_for(plan.network, draft_dtype)
     draft_bounds = [(cast(lower), cast(upper)) for lower, upper in bounds]

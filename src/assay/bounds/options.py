@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from assay._validate import check_float, check_int
-from assay.errors import OptionError
+from assay._validate import check_choice, check_float, check_int
 
 __all__ = ["AlphaCrownOptions", "BetaCrownOptions"]
 
@@ -33,7 +32,8 @@ class AlphaCrownOptions:
         check_int(self.iterations, "iterations", "alpha_crown", minimum=0)
         check_float(self.lr, "lr", "alpha_crown", minimum=0.0, strict=True)
         check_float(self.lr_decay, "lr_decay", "alpha_crown", minimum=0.0, strict=True)
-        _check_draft(self.draft_dtype, "alpha_crown")
+        if self.draft_dtype is not None:
+            check_choice(self.draft_dtype, "draft_dtype", "alpha_crown", ("float32", "float64"))
 
 
 @dataclass(frozen=True)
@@ -58,9 +58,6 @@ class BetaCrownOptions:
         check_float(self.lr_alpha, "lr_alpha", "beta_crown", minimum=0.0, strict=True)
         check_float(self.lr_beta, "lr_beta", "beta_crown", minimum=0.0, strict=True)
         check_float(self.lr_decay, "lr_decay", "beta_crown", minimum=0.0, strict=True)
-        _check_draft(self.draft_dtype, "beta_crown")
+        if self.draft_dtype is not None:
+            check_choice(self.draft_dtype, "draft_dtype", "beta_crown", ("float32", "float64"))
 
-
-def _check_draft(value, owner: str) -> None:
-    if value not in (None, "float32", "float64"):
-        raise OptionError(f"the `draft_dtype` option of {owner} must be 'float32', 'float64' or None; got {value!r}")
