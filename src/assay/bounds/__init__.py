@@ -10,8 +10,8 @@ walks use the public functions exported here, never the modules' private names:
   :func:`concretize` (CROWN), :func:`optimize_bounds` (α/β-CROWN);
 * the shared walks (:mod:`assay.bounds.walks`): :func:`gradient_bounds`, :func:`lipschitz_bounds`,
   :func:`input_sensitivities`, :func:`affine_forms`, :func:`pattern_lower_bound`;
-* :func:`relu_coefficients`: the weight of every ReLU input in CROWN's bound of the rows
-  (branching heuristics).
+* :func:`relu_coefficients`: the weight of every ReLU input in CROWN's bound of the rows,
+  and :func:`split_child_bounds`: CROWN's bounds of a domain's split children (branching heuristics).
 
 Names are loaded on first use: the method registry (:mod:`assay.bounds.methods`) can be read
 without loading torch.
@@ -48,6 +48,7 @@ __all__ = [
     "pattern_lower_bound",
     "ReluCoefficients",
     "relu_coefficients",
+    "split_child_bounds",
 ]
 
 _HOMES = {
@@ -77,6 +78,7 @@ _HOMES = {
     "pattern_lower_bound": "assay.bounds.walks",
     "ReluCoefficients": "assay.bounds.relu_coefficients",
     "relu_coefficients": "assay.bounds.relu_coefficients",
+    "split_child_bounds": "assay.bounds.split_estimates",
 }
 
 

@@ -98,6 +98,7 @@ def backsubstitute(
     observe=None,
     scales: dict[int, torch.Tensor] | None = None,
     rounding: bool = True,
+    fixed: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> Backward:
     """Lower linear bound of ``C · (input of stage target) + d`` in terms of the network input.
 
@@ -121,11 +122,17 @@ def backsubstitute(
         scales: :func:`rounding_scales` of these bounds, when a caller walks them many times.
         rounding: False skips the rounding terms (``error`` stays zero): for callers
             that read the coefficients only, and need only the ReLU inputs' bounds.
+        fixed: per ReLU position, ``(index, slope)`` (B, S) each: row s of domain i treats the
+            neuron at flat index ``index[i, s]`` (−1: none) as stable with ``slope`` 1 (z ≥ 0)
+            or 0 (z ≤ 0), exactly. The row then bounds the part of the domain where that neuron
+            has that sign (a ReLU split's child: every other relaxation stays valid on it), so
+            one walk bounds many children of a domain, one per row.
     """
     deltas = deltas or {}
     slopes = slopes or {}
     betas = betas or {}
     relaxations = relaxations or {}
+    fixed = fixed or {}
     if rounding and scales is None:
         scales = rounding_scales(plan, target, bounds)
     u = unit_roundoff(plan.dtype)
@@ -187,7 +194,11 @@ def backsubstitute(
             if position in slopes:
                 lower_slope = torch.where(relaxation.unstable.unsqueeze(1), slopes[position], lower_slope)
             b = b + _dot(A.clamp(max=0), relaxation.upper_intercept)
-            A = A * torch.where(A >= 0, lower_slope, relaxation.upper_slope.unsqueeze(1))
+            crossed = A * torch.where(A >= 0, lower_slope, relaxation.upper_slope.unsqueeze(1))
+            if position in fixed:
+                # (the rounding terms charged on the relaxed neuron stay: only larger than needed)
+                crossed, b = _fix_neurons(A, crossed, b, relaxation, *fixed[position])
+            A = crossed
             if observe is not None:
                 observe(position, A)
             if rounding:
@@ -221,6 +232,23 @@ def backsubstitute(
     if rounding:
         error = settle(0, A, None)
     return Backward(A, b, error)
+
+
+def _fix_neurons(A, crossed, b, relaxation: ReluRelaxation, index: torch.Tensor, slope: torch.Tensor):
+    """``crossed`` and ``b`` with each row's neuron ``index`` (B, S) (−1: none) crossed as a
+    stable ReLU of ``slope`` (B, S) instead of by its relaxation: coefficient A·slope, and the
+    intercept that the relaxation added into ``b`` taken out again."""
+    batch, rows = A.shape[:2]
+    present = index >= 0
+    where = index.clamp(min=0).unsqueeze(-1)  # (B, S, 1)
+    before = A.reshape(batch, rows, -1).gather(2, where).squeeze(-1)
+    intercept = relaxation.upper_intercept.reshape(relaxation.upper_intercept.shape[0], -1)
+    intercept = intercept.expand(batch, -1).gather(1, index.clamp(min=0))
+    b = b - torch.where(present, before.clamp(max=0) * intercept, torch.zeros_like(b))
+    flat = crossed.reshape(batch, rows, -1)
+    kept = flat.gather(2, where).squeeze(-1)
+    value = torch.where(present, before * slope.to(before.dtype), kept)
+    return flat.scatter(2, where, value.unsqueeze(-1)).reshape(crossed.shape), b
 
 
 def _maxpool_backward(stage: MaxPoolStage, A: torch.Tensor, relaxation: MaxPoolRelaxation):

@@ -28,11 +28,18 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from assay.bounds import AlphaCrownOptions, BetaCrownOptions, IntermediateBounds, compute_bounds, gradient_bounds
+from assay.bounds import (
+    AlphaCrownOptions,
+    BetaCrownOptions,
+    IntermediateBounds,
+    compute_bounds,
+    gradient_bounds,
+    split_child_bounds,
+)
 from assay.bounds.ibp import cast_outward
 from assay.errors import UnsupportedOperatorError
 from assay.nn.layers import MaxPool2d
-from assay.nn.network import Network
+from assay.nn.network import Network, resolve_dtype
 from assay.verify.attack import confirm, pgd
 from assay.verify.deadline import Deadline
 from assay.verify.leaf_lp import HOLDS, VIOLATED, decide_leaf, is_leaf
@@ -379,8 +386,8 @@ def _probe(network, query, result, open_, attack: bool = False, deadline: Deadli
 FSB_CANDIDATES = 20
 # The dtype of those children's bounds (they only rank candidates).
 ESTIMATE_DTYPE = "float32"
-# Elements (bounds, splits, slopes of the children) that one FSB estimate pass may copy.
-_FSB_CHUNK_ELEMENTS = 1 << 26
+# Coefficients (children × rows × the widest tensor) that one FSB estimate walk may hold.
+_FSB_CHUNK_ELEMENTS = 1 << 22
 
 
 def _branch(network, C, d, domains: Branches, row_upper):
@@ -437,33 +444,22 @@ def _children_estimates(network, C, d, domains: Branches, candidates, dtype: str
     """(B, k, 2): for each domain, shortlisted neuron and child (z ≥ 0, then z ≤ 0), the child's
     least row upper bound (lower is better: a child is refuted once some row's bound is negative).
 
-    The 2k children of a domain carry copies of its bounds, splits and slopes: domains are taken
-    in chunks so that those copies stay within :data:`_FSB_CHUNK_ELEMENTS`.
+    One walk per chunk of domains (:func:`assay.bounds.split_child_bounds`, each child a row of
+    it), chunks sized so that a walk's coefficients stay within :data:`_FSB_CHUNK_ELEMENTS`.
     """
     count, k = candidates.shape
-    per_domain = 2 * k * (4 + C.shape[0]) * sum(s[0].numel() for s in domains.splits)
+    per_domain = 2 * k * C.shape[0] * max(network.input_size, max(s[0].numel() for s in domains.splits))
     step = max(1, _FSB_CHUNK_ELEMENTS // per_domain)
-    return torch.cat([_children_estimates_chunk(network, C, d, domains.select(slice(start, start + step)),
-                                                candidates[start:start + step], dtype)
-                      for start in range(0, count, step)])
-
-
-def _children_estimates_chunk(network, C, d, domains: Branches, candidates, dtype: str) -> torch.Tensor:
-    count, k = candidates.shape
-    splits = list(domains.splits)
-    offsets = _offsets(splits)
-    # Children ordered (candidate, sign, domain).
-    parts = [_with_split(splits, offsets, candidates[:, j], sign) for j in range(k) for sign in (1, -1)]
-    child_splits = [torch.cat([part[layer] for part in parts]).to(torch.int64) for layer in range(len(splits))]
-    repeat = torch.arange(count).repeat(2 * k)
-    shape = network.input_shape
-    box = domains.lower[repeat].reshape(-1, *shape), domains.upper[repeat].reshape(-1, *shape)
     tags = domains.tags or {}
-    alphas = [None if tags.get(f"alpha_{n}") is None else tags[f"alpha_{n}"][repeat] for n in range(len(splits))]
-    result = compute_bounds(network, box, spec=(C, d), method="beta", dtype=dtype, sides="upper",
-                            splits=child_splits, intermediate=domains.parents.select(repeat),
-                            refine_intermediate=False, alphas=alphas, options=BetaCrownOptions(iterations=0))
-    return result.upper.amin(1).reshape(k, 2, count).permute(2, 0, 1)
+    alphas = [tags.get(f"alpha_{n}") for n in range(len(domains.splits))]
+    parts = []
+    for start in range(0, count, step):
+        part = slice(start, start + step)
+        lower = split_child_bounds(network, domains.lower[part], domains.upper[part], domains.parents.select(part),
+                                   -C, -d, candidates[part], alphas=[None if a is None else a[part] for a in alphas],
+                                   dtype=resolve_dtype(dtype))
+        parts.append(-lower.amax(3))  # the least upper bound of the rows C y + d
+    return torch.cat(parts)
 
 
 def _offsets(splits) -> torch.Tensor:
