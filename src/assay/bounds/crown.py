@@ -99,6 +99,7 @@ def backsubstitute(
     scales: dict[int, torch.Tensor] | None = None,
     rounding: bool = True,
     fixed: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None,
+    forks: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> Backward:
     """Lower linear bound of ``C · (input of stage target) + d`` in terms of the network input.
 
@@ -127,12 +128,25 @@ def backsubstitute(
             or 0 (z ≤ 0), exactly. The row then bounds the part of the domain where that neuron
             has that sign (a ReLU split's child: every other relaxation stays valid on it), so
             one walk bounds many children of a domain, one per row.
+        forks: per ReLU position, ``(index, slope)`` (B, n) each: just before that stage is
+            crossed, n copies of the walk's first S rows (the rows of ``C``) join the walk, the
+            copy c fixing neuron ``index[:, c]`` to ``slope[:, c]`` as ``fixed`` does. Rows that
+            differ only from that stage down are then walked only from there (children split
+            in early layers cost a fraction of a whole walk). The result has S·(1 + Σ n) rows: the
+            first S, then each fork's copies in the order of the stages crossed (the output's
+            end first), copy-major. Slopes and split multipliers of a position must have as many
+            rows as the walk has there. Rounding terms are not charged for forked rows (use with
+            ``rounding=False``).
     """
     deltas = deltas or {}
     slopes = slopes or {}
     betas = betas or {}
     relaxations = relaxations or {}
     fixed = fixed or {}
+    forks = forks or {}
+    if forks and rounding:
+        raise ValueError("backsubstitute: forks need rounding=False (their rows owe no rounding terms)")
+    spec_rows = C.shape[1]
     if rounding and scales is None:
         scales = rounding_scales(plan, target, bounds)
     u = unit_roundoff(plan.dtype)
@@ -187,6 +201,9 @@ def backsubstitute(
             send(stage.sources[0], A)
             continue
         if isinstance(stage, ReluStage):
+            if position in forks:
+                A, b, error, fix = _fork(pending, A, b, error, spec_rows, *forks[position])
+                fixed = {**fixed, position: fix}
             relaxation = relaxations.get(position) or relax(*bounds[position])
             if rounding:  # the intercepts' terms added into b (charged on |A| ≥ |A⁻|)
                 error = settle(position + 1, A, gamma_b * relaxation.upper_intercept.abs())
@@ -232,6 +249,26 @@ def backsubstitute(
     if rounding:
         error = settle(0, A, None)
     return Backward(A, b, error)
+
+
+def _fork(pending: dict, A, b, error, spec_rows: int, index: torch.Tensor, slope: torch.Tensor):
+    """The walk with ``index.shape[1]`` copies of its first ``spec_rows`` rows appended (to A,
+    b, error and every pending tensor's coefficients), and the ``fixed`` entry that makes copy c
+    fix neuron ``index[:, c]`` (the walk's older rows fix none)."""
+    copies = index.shape[1]
+
+    def grow(t: torch.Tensor) -> torch.Tensor:
+        repeat = [1] * t.dim()
+        repeat[1] = copies
+        return torch.cat([t, t[:, :spec_rows].repeat(*repeat)], 1)
+
+    for tensor, values in list(pending.items()):
+        pending[tensor] = tuple(grow(v) for v in values)
+    older = A.shape[1]
+    none = torch.full((index.shape[0], older), -1, dtype=index.dtype)
+    fix_index = torch.cat([none, index.repeat_interleave(spec_rows, 1)], 1)
+    fix_slope = torch.cat([torch.zeros(none.shape, dtype=slope.dtype), slope.repeat_interleave(spec_rows, 1)], 1)
+    return grow(A), grow(b), grow(error), (fix_index, fix_slope)
 
 
 def _fix_neurons(A, crossed, b, relaxation: ReluRelaxation, index: torch.Tensor, slope: torch.Tensor):

@@ -62,37 +62,54 @@ def split_child_bounds(
     plan.require_no_maxpool("split_child_bounds")  # the walk holds the bounds of ReLU inputs only
     batch, k = candidates.shape
     rows = C.shape[0]
-    children = 2 * k * rows  # the walk's rows, ordered (candidate, child, spec row)
-    C_rows = C.to(dtype).reshape(1, 1, rows, -1).expand(batch, 2 * k, rows, -1)
-    C_rows = C_rows.reshape(batch, children, *network.output_shape)
-    d_rows = d.to(dtype).reshape(1, 1, rows).expand(batch, 2 * k, rows).reshape(batch, children)
+    C_rows = C.to(dtype).reshape(1, rows, *network.output_shape).expand(batch, rows, *network.output_shape)
+    d_rows = d.to(dtype).reshape(1, rows).expand(batch, rows)
+    sizes = [intermediate.lower[layer][0].numel() for layer in range(len(plan.relu_positions))]
+    starts = torch.tensor([0] + sizes[:-1]).cumsum(0)
+    layer_of = torch.bucketize(candidates, starts[1:], right=True)  # (B, k)
     bounds: list = [None] * (len(plan.stages) + 1)
-    relaxations, slopes, fixed = {}, {}, {}
-    start = 0
-    # each row's child: the slope its split neuron is fixed to (1: z ≥ 0, 0: z ≤ 0)
-    child_slope = torch.tensor([1.0, 0.0], dtype=dtype).reshape(1, 1, 2, 1).expand(batch, k, 2, rows)
-    for layer, position in enumerate(plan.relu_positions):
+    relaxations, forks, first_row = {}, {}, {}
+    walk_rows = rows  # the walk's rows below each stage: the spec rows, then each fork's children
+    for layer in reversed(range(len(plan.relu_positions))):  # the order the walk crosses them
+        position = plan.relu_positions[layer]
         layer_lower, layer_upper = intermediate.lower[layer].to(dtype), intermediate.upper[layer].to(dtype)
         bounds[position] = (layer_lower, layer_upper)
         relaxations[position] = relax_relu(layer_lower, layer_upper)
-        size = layer_lower[0].numel()
-        inside = (candidates >= start) & (candidates < start + size)
+        inside = layer_of == layer
         if inside.any():
-            index = torch.where(inside, candidates - start, -1).reshape(batch, k, 1, 1).expand(batch, k, 2, rows)
-            fixed[position] = (index.reshape(batch, children), child_slope.reshape(batch, children))
-        if alphas is not None and alphas[layer] is not None:
-            slopes[position] = _rows_of_children(alphas[layer].to(dtype).clamp(0, 1), k)
-        start += size
+            # this layer's candidates of each domain, packed to the left (−1 pads the shorter lists)
+            rank = inside.cumsum(1) - 1
+            width = int(inside.sum(1).max())
+            packed = torch.full((batch, width + 1), -1, dtype=candidates.dtype)
+            packed.scatter_(1, torch.where(inside, rank, width), torch.where(inside, candidates - starts[layer], -1))
+            packed = packed[:, :width]
+            slopes_of_children = torch.cat([torch.ones(batch, width), torch.zeros(batch, width)], 1).to(dtype)
+            forks[position] = (torch.cat([packed, packed], 1), slopes_of_children)  # z ≥ 0 children, then z ≤ 0
+            first_row[layer] = (walk_rows, width, rank)
+            walk_rows += 2 * width * rows
+    slopes = {}
+    if alphas is not None:
+        for layer, position in enumerate(plan.relu_positions):
+            if alphas[layer] is not None:
+                present = rows + sum(2 * width * rows for other, (_, width, _) in first_row.items() if other >= layer)
+                slopes[position] = _rows_of_walk(alphas[layer].to(dtype).clamp(0, 1), present)
     back = backsubstitute(plan, len(plan.stages), C_rows, d_rows, bounds, slopes=slopes, relaxations=relaxations,
-                         rounding=False, fixed=fixed)
+                          rounding=False, forks=forks)
     center, radius = center_radius(lower.to(dtype), upper.to(dtype))
     value, _ = concretize(plan, back, center, radius)
-    return value.reshape(batch, k, 2, rows)
+    # each candidate's two children: the rows its layer's fork gave them
+    start = torch.zeros(batch, k, 2, dtype=torch.long)
+    for layer, (first, width, rank) in first_row.items():
+        inside = (layer_of == layer).unsqueeze(-1)
+        child = first + (rank.unsqueeze(-1) + torch.tensor([0, 1]) * width) * rows  # (B, k, 2)
+        start = torch.where(inside, child, start)
+    gather = (start.unsqueeze(-1) + torch.arange(rows)).reshape(batch, -1)
+    return value.gather(1, gather).reshape(batch, k, 2, rows)
 
 
-def _rows_of_children(alpha: torch.Tensor, k: int) -> torch.Tensor:
-    """Slopes (B, S, *shape) repeated for the 2k children of each row: (B, 2k·S, *shape)."""
+def _rows_of_walk(alpha: torch.Tensor, count: int) -> torch.Tensor:
+    """Slopes (B, S, *shape) for a walk of ``count`` rows, S spec rows repeated: (B, count, *shape)."""
     batch, rows = alpha.shape[:2]
     if rows == 1:  # a view: the children share their parent's slopes
-        return alpha.expand(batch, 2 * k, *alpha.shape[2:])
-    return alpha.unsqueeze(1).expand(batch, 2 * k, *alpha.shape[1:]).reshape(batch, 2 * k * rows, *alpha.shape[2:])
+        return alpha.expand(batch, count, *alpha.shape[2:])
+    return alpha.repeat(1, count // rows, *[1] * (alpha.dim() - 2))

@@ -378,12 +378,14 @@ def _probe(network, query, result, open_, attack: bool = False, deadline: Deadli
     return found
 
 
-# Filtered smart branching: the best-scoring candidates per domain whose children are bounded.
-# BaBSR's score ranks poorly on these networks, and bounding more children costs far less than
-# the domains a poor split adds: oval21 cifar_base img8095 decides in 21 domains (0.3 s) with 20
-# candidates, 159 with 12, 1,325 with 8, 6,159 with 5 and 13,475 (35 s) with 3; mnist 256x2
-# prop_10 ε 0.05 in 389 domains (5.7 s) against 4,739 (9.2 s) with 3.
-FSB_CANDIDATES = 20
+# Filtered smart branching: the best-scoring candidates per domain whose children are bounded
+# (at most every unstable neuron). BaBSR's score ranks poorly on these networks, and bounding
+# children (one walk for all of a domain's, :func:`assay.bounds.split_child_bounds`) costs far less
+# than the domains a poor split adds. oval21, searches from the same root: cifar_base img8194
+# decides in 1,413 domains (38 s) with 400 candidates, 1,479 (23 s) with 200, undecided after
+# 17,266 (90 s) with 20; cifar_deep img7878 in 421 domains (18 s) with 400, undecided after 5,737
+# (120 s) with 200; cifar_base img8095 in 21 domains with 20 or more, 13,475 with 3.
+FSB_CANDIDATES = 400
 # The dtype of those children's bounds (they only rank candidates).
 ESTIMATE_DTYPE = "float32"
 # Coefficients (children × rows × the widest tensor) that one FSB estimate walk may hold.
@@ -408,7 +410,8 @@ def _branch(network, C, d, domains: Branches, row_upper):
     count = splits[0].shape[0]
     scores = _babsr_scores(network, C, splits, intermediate, row_upper)
     flat = torch.cat([s.reshape(count, -1) for s in scores], 1)
-    shortlist, candidates = flat.topk(min(FSB_CANDIDATES, flat.shape[1]), dim=1)  # (B, k)
+    # no longer than the most unstable neurons a domain has (the others score 0 and never win)
+    shortlist, candidates = flat.topk(max(1, min(FSB_CANDIDATES, int((flat > 0).sum(1).max()))), dim=1)  # (B, k)
     if not (shortlist[:, 0] > 0).all():
         # Splitting a neuron that is stable or already split changes nothing: the search would
         # never end. Every domain handed here must have an unstable, unsplit neuron.
