@@ -6,9 +6,10 @@ A *domain* is a split history: some neurons fixed to z ≥ 0 or z ≤ 0. Each ro
 batch of domains with β-CROWN (split constraints enter as optimised Lagrange multipliers,
 intermediate bounds are inherited from the parent and clamped by the splits), drops the
 domains where some row of the unsafe conjunction has a negative upper bound, probes the rest
-for counterexamples and splits each on the unstable neuron with the best BaBSR-style score
-(the row's gradient bound through the neuron times the area of its relaxation; Bunel et al.,
-JMLR 2020).
+for counterexamples and splits each on an unstable neuron chosen by filtered smart branching:
+BaBSR-style scores (the row's gradient bound through the neuron times the area of its
+relaxation; Bunel et al., JMLR 2020) shortlist candidates, and the one whose worse child has the
+tightest CROWN bound wins (De Palma et al., ICLR 2021).
 
 A domain whose every ReLU has a known sign is affine on its inputs and is decided exactly by
 :mod:`assay.verify.leaf_lp` instead of being split further.
