@@ -14,16 +14,7 @@ from hypothesis import strategies as st
 
 from assay.bounds import BetaCrownOptions, compute_bounds, split_child_bounds
 
-from .strategies import (
-    conv_networks,
-    dense_networks,
-    forward_batched,
-    graph_networks,
-    random_boxes,
-    random_splits,
-    sample_box,
-    satisfies_splits,
-)
+from . import strategies
 
 FEW = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -53,15 +44,15 @@ def _with_split(splits, candidates, j: int, sign: int):
 
 
 @FEW
-@given(network=st.one_of(dense_networks(), conv_networks(), graph_networks(pooled=False)),
+@given(network=st.one_of(strategies.dense_networks(), strategies.conv_networks(), strategies.graph_networks(pooled=False)),
        seed=st.integers(0, 2**32 - 1), alpha=st.booleans())
 def test_each_child_gets_the_bound_of_bounding_it_alone_and_it_holds_on_its_samples(network, seed, alpha):
     rng = np.random.default_rng(seed)
-    lower, upper = random_boxes(network, rng, 3)
+    lower, upper = strategies.random_boxes(network, rng, 3)
     C = torch.as_tensor(rng.normal(size=(2, network.output_size)))
     d = torch.as_tensor(rng.normal(size=2))
     root = compute_bounds(network, (lower, upper), (C, d), "crown")
-    splits = random_splits(network, root.intermediate, rng, per_layer=1)
+    splits = strategies.random_splits(network, root.intermediate, rng, per_layer=1)
     parent = compute_bounds(network, (lower, upper), (C, d), "alpha" if alpha else "crown", sides="lower",
                             splits=splits)
     k = 2
@@ -73,8 +64,8 @@ def test_each_child_gets_the_bound_of_bounding_it_alone_and_it_holds_on_its_samp
     estimates = split_child_bounds(network, *flat, parent.intermediate, C, d, candidates, alphas=alphas,
                                    dtype=torch.float64)
     assert estimates.shape == (3, k, 2, 2)
-    x = sample_box(lower, upper, rng, 300)
-    values = forward_batched(network, x) @ C.T + d  # (n, B, S)
+    x = strategies.sample_box(lower, upper, rng, 300)
+    values = strategies.forward_batched(network, x) @ C.T + d  # (n, B, S)
     for j in range(k):
         for side, sign in enumerate((1, -1)):
             child = _with_split(splits, candidates, j, sign)
@@ -88,7 +79,7 @@ def test_each_child_gets_the_bound_of_bounding_it_alone_and_it_holds_on_its_samp
             crown = (A * center).sum(-1) - (A.abs() * radius).sum(-1) + b
             finite = torch.isfinite(alone.lower)  # an empty child (+inf) has no linear bound to compare
             assert torch.allclose(estimates[:, j, side][finite], crown[finite], rtol=1e-9, atol=1e-9), (j, sign)
-            inside = satisfies_splits(network, x, child)  # (n, B)
+            inside = strategies.satisfies_splits(network, x, child)  # (n, B)
             assert ((values >= estimates[:, j, side].unsqueeze(0) - 1e-9) | ~inside.unsqueeze(-1)).all()
 
 
