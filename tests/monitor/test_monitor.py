@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import assay.monitor
@@ -41,6 +41,9 @@ def test_closed_ball_and_label_filter():
 @given(stream=streams(metrics=("linf",)))
 def test_batch_equals_one_at_a_time(backend, stream):
     X, Y, epsilon, metric = stream
+    # The BDD's variables grow with the columns: a 512-column stream costs it seconds per example
+    # (one unlucky draw took 150 s). Its wide streams are covered by the conformance tests.
+    assume(backend != "bdd" or X.shape[1] <= 128)
     one = Monitor(epsilon, metric, index=backend)
     sequential = [one.observe(x, y) for x, y in zip(X, Y)]
     assert Monitor(epsilon, metric, index=backend).observe_batch(X, Y) == sequential
