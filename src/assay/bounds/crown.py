@@ -98,7 +98,6 @@ def backsubstitute(
     observe=None,
     scales: dict[int, torch.Tensor] | None = None,
     rounding: bool = True,
-    fixed: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None,
     forks: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> Backward:
     """Lower linear bound of ``C · (input of stage target) + d`` in terms of the network input.
@@ -123,14 +122,12 @@ def backsubstitute(
         scales: :func:`rounding_scales` of these bounds, when a caller walks them many times.
         rounding: False skips the rounding terms (``error`` stays zero): for callers
             that read the coefficients only, and need only the ReLU inputs' bounds.
-        fixed: per ReLU position, ``(index, slope)`` (B, S) each: row s of domain i treats the
-            neuron at flat index ``index[i, s]`` (−1: none) as stable with ``slope`` 1 (z ≥ 0)
-            or 0 (z ≤ 0), exactly. The row then bounds the part of the domain where that neuron
-            has that sign (a ReLU split's child: every other relaxation stays valid on it), so
-            one walk bounds many children of a domain, one per row.
         forks: per ReLU position, ``(index, slope)`` (B, n) each: just before that stage is
-            crossed, n copies of the walk's first S rows (the rows of ``C``) join the walk, the
-            copy c fixing neuron ``index[:, c]`` to ``slope[:, c]`` as ``fixed`` does. Rows that
+            crossed, n copies of the walk's first S rows (the rows of ``C``) join the walk, and
+            copy c crosses the neuron at flat index ``index[:, c]`` (−1: none) as a stable ReLU
+            of ``slope[:, c]`` (1: z ≥ 0, 0: z ≤ 0) instead of by its relaxation. Such a row
+            bounds the part of the domain where that neuron has that sign (a ReLU split's child:
+            every other relaxation stays valid on it), so one walk bounds many children. Rows that
             differ only from that stage down are then walked only from there (children split
             in early layers cost a fraction of a whole walk). The result has S·(1 + Σ n) rows: the
             first S, then each fork's copies in the order of the stages crossed (the output's
@@ -142,8 +139,8 @@ def backsubstitute(
     slopes = slopes or {}
     betas = betas or {}
     relaxations = relaxations or {}
-    fixed = fixed or {}
     forks = forks or {}
+    fixed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # per ReLU position, the rows' fixed neurons
     if forks and rounding:
         raise ValueError("backsubstitute: forks need rounding=False (their rows owe no rounding terms)")
     spec_rows = C.shape[1]
@@ -203,7 +200,7 @@ def backsubstitute(
         if isinstance(stage, ReluStage):
             if position in forks:
                 A, b, error, fix = _fork(pending, A, b, error, spec_rows, *forks[position])
-                fixed = {**fixed, position: fix}
+                fixed[position] = fix
             relaxation = relaxations.get(position) or relax(*bounds[position])
             if rounding:  # the intercepts' terms added into b (charged on |A| ≥ |A⁻|)
                 error = settle(position + 1, A, gamma_b * relaxation.upper_intercept.abs())
@@ -213,7 +210,6 @@ def backsubstitute(
             b = b + _dot(A.clamp(max=0), relaxation.upper_intercept)
             crossed = A * torch.where(A >= 0, lower_slope, relaxation.upper_slope.unsqueeze(1))
             if position in fixed:
-                # (the rounding terms charged on the relaxed neuron stay: only larger than needed)
                 crossed, b = _fix_neurons(A, crossed, b, relaxation, *fixed[position])
             A = crossed
             if observe is not None:

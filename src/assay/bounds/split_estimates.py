@@ -5,7 +5,8 @@ both children of each shortlisted neuron. A child differs from its parent in one
 its pre-activation bounds are the parent's with that neuron made stable. So the children of a
 domain need no bounds, slopes or relaxations of their own: one :func:`backsubstitute` walk over
 the parent's relaxations bounds them all, each child a row of the walk whose split neuron is
-crossed as stable (the ``fixed`` rows of :func:`backsubstitute`).
+crossed as stable. A child joins the walk only at its split's layer (the ``forks`` of
+:func:`backsubstitute`): above it, it is its parent's row.
 
 It is a heuristic's input, not a bound: no rounding margins, no split multipliers β. In exact
 arithmetic each value is the CROWN bound (with the parent's α) of the child, which is what
