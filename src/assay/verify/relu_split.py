@@ -449,7 +449,9 @@ def _children_estimates(network, C, d, domains: Branches, candidates, dtype: str
     least row upper bound (lower is better: a child is refuted once some row's bound is negative).
 
     One walk per chunk of domains (:func:`assay.bounds.split_child_bounds`, each child a row of
-    it), chunks sized so that a walk's coefficients stay within :data:`_FSB_CHUNK_ELEMENTS`.
+    it), chunks sized so that a walk's coefficients stay near :data:`_FSB_CHUNK_ELEMENTS`. (A
+    chunk's walk pads each layer's children to the longest list of that layer among its domains,
+    so several domains per chunk may hold more rows than 2k; one domain per chunk holds 2k.)
     """
     count, k = candidates.shape
     per_domain = 2 * k * C.shape[0] * max(network.input_size, max(s[0].numel() for s in domains.splits))
