@@ -14,6 +14,7 @@ import torch
 
 import assay.verify.relu_split as relu_split
 from assay.bounds import BetaCrownOptions, compute_bounds
+from assay.nn import Linear, Network, ReLU
 from assay.verify.deadline import Deadline
 from assay.verify.problem import from_unsafe
 from assay.verify.relu_split import conjunction_searches
@@ -51,8 +52,8 @@ def test_children_estimates_bound_every_sampled_point_of_each_child(seed):
         pytest.skip("the root is already refuted")
     open_ = ~bounded.closed
     domains = bounded.branches.select(open_)
-    scores = relu_split._babsr_scores(network, strategy.C, list(domains.splits), domains.parents,
-                                      bounded.payload.result.upper[open_])
+    scores = relu_split._intercept_scores(network, strategy.C, strategy.d, domains,
+                                          bounded.payload.result.upper[open_])
     flat = torch.cat([s.reshape(1, -1) for s in scores], 1)
     shortlist, candidates = flat.topk(3, dim=1)
     assert (shortlist > 0).all()
@@ -88,7 +89,7 @@ def test_the_chosen_neuron_is_the_shortlisted_one_with_the_tightest_worse_child(
     open_ = ~bounded.closed
     domains = bounded.branches.select(open_)
     row_upper = bounded.payload.result.upper[open_]
-    scores = relu_split._babsr_scores(network, strategy.C, list(domains.splits), domains.parents, row_upper)
+    scores = relu_split._intercept_scores(network, strategy.C, strategy.d, domains, row_upper)
     flat = torch.cat([s.reshape(1, -1) for s in scores], 1)
     shortlist, candidates = flat.topk(min(relu_split.FSB_CANDIDATES, flat.shape[1]), dim=1)
     estimates = relu_split._children_estimates(network, strategy.C, strategy.d, domains, candidates, "float64")
@@ -100,7 +101,7 @@ def test_the_chosen_neuron_is_the_shortlisted_one_with_the_tightest_worse_child(
     # The two children split that neuron both ways.
     flat_children = torch.cat([c.reshape(2, -1) for c in child_splits], 1)
     assert flat_children[0, int(changed)] == 1 and flat_children[1, int(changed)] == -1
-    # With a shortlist of one, the choice is BaBSR's best score.
+    # With a shortlist of one, the choice is the best intercept score.
     monkeypatch.setattr(relu_split, "FSB_CANDIDATES", 1)
     child_splits, _, _ = relu_split._branch(network, strategy.C, strategy.d, domains, row_upper)
     changed = torch.cat([(c[0] != p[0]).reshape(-1) for c, p in zip(child_splits, domains.splits)]).nonzero()
@@ -114,7 +115,7 @@ def test_estimates_taken_in_chunks_of_domains_equal_one_pass(monkeypatch):
     bounded_children = strategy.bound(children, Deadline(), SearchStats())
     domains = bounded_children.branches
     row_upper = bounded_children.payload.result.upper
-    scores = relu_split._babsr_scores(network, strategy.C, list(domains.splits), domains.parents, row_upper)
+    scores = relu_split._intercept_scores(network, strategy.C, strategy.d, domains, row_upper)
     flat = torch.cat([s.reshape(len(domains), -1) for s in scores], 1)
     _, candidates = flat.topk(3, dim=1)
     together = relu_split._children_estimates(network, strategy.C, strategy.d, domains, candidates, "float64")
@@ -122,3 +123,36 @@ def test_estimates_taken_in_chunks_of_domains_equal_one_pass(monkeypatch):
     apart = relu_split._children_estimates(network, strategy.C, strategy.d, domains, candidates, "float64")
     assert len(domains) == 2 and apart.shape == (2, 3, 2)
     assert torch.allclose(together, apart, rtol=1e-12, atol=1e-12)
+
+
+def _two_neuron_query(out_weights):
+    """y = w_A·relu(x₀ + x₁) + w_B·relu(x₀ − x₁) over [−1, 1]², unsafe y ≥ 0.05, its root bounded:
+    both hidden neurons are unstable with the same bounds (−2, 2), so the same relaxation area."""
+    hidden = Linear(torch.tensor([[1.0, 1.0], [1.0, -1.0]], dtype=torch.float64), torch.zeros(2, dtype=torch.float64))
+    out = Linear(torch.tensor([out_weights], dtype=torch.float64), torch.zeros(1, dtype=torch.float64))
+    network = Network((hidden, ReLU(), out), (2,))
+    (query,) = from_unsafe(network, box(2, 1.0), unsafe_region([[1.0]], [-0.05]))
+    ((strategy, state),) = conjunction_searches(network, query)
+    return network, strategy, strategy.bound(state.pending[0], Deadline(), SearchStats())
+
+
+def test_intercept_scores_rank_the_neuron_whose_relaxation_costs_the_bound_first():
+    """Neuron A (weight +1) enters the upper bound of y through its chord, whose intercept costs
+    1·u(−l)/(u − l) = 1; neuron B (weight −5) through its lower relaxation, which α makes exact
+    for the upper bound (slope 0: max of −5·relu is 0). Splitting B cannot tighten the bound,
+    splitting A closes the gap: A must rank first, though |W| (5 against 1) favours B."""
+    network, strategy, bounded = _two_neuron_query([1.0, -5.0])
+    assert not bool(bounded.closed.any())
+    domains = bounded.branches
+    row_upper = bounded.payload.result.upper
+    (scores,) = relu_split._intercept_scores(network, strategy.C, strategy.d, domains, row_upper)
+    assert scores[0, 0] > scores[0, 1] > 0
+    # Λ_A = −chord slope 0.5: intercept (−Λ)·(−l) = 0.5·2, and the backup |Λ|·area = 0.5·1
+    expected = 1.0 + relu_split._BACKUP_WEIGHT * 0.5
+    assert torch.allclose(scores[0, 0], torch.tensor(expected, dtype=torch.float64), atol=1e-9)
+    # FSB agrees: A's worse child is the tighter one, and A is what the search splits.
+    estimates = relu_split._children_estimates(network, strategy.C, strategy.d, domains,
+                                               torch.tensor([[0, 1]]), "float64")
+    assert estimates[0, 0].amax() < estimates[0, 1].amax()
+    child_splits, _, _ = relu_split._branch(network, strategy.C, strategy.d, domains, row_upper)
+    assert child_splits[0][:, 0].tolist() == [1, -1] and child_splits[0][:, 1].tolist() == [0, 0]
