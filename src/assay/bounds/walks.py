@@ -1,8 +1,9 @@
 """Walks over the engine's stages that analyses share: sensitivity bounds and linear regions.
 
 * :func:`gradient_bounds` — a bound on |∂ row / ∂ ·| for every ReLU layer's output and for the
-  input, over the domains given by pre-activation bounds (ReluVal's *smear* and the BaBSR split
-  score both use it).
+  input, over the domains given by pre-activation bounds (ReluVal's *smear* for input splitting,
+  and preimage refinement's *sensitivity* score, use it; ReLU splitting ranks neurons by the
+  bound's own coefficients instead, :func:`assay.bounds.relu_coefficients`).
 * :func:`affine_forms` — each ReLU input and the output as affine functions of the input under
   one activation pattern (the network on one linear region).
 * :func:`pattern_lower_bound` — a sound lower bound of ``C · f(x) + d`` over the points of a box
