@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from assay.monitor import BACKENDS, Monitor, make_index
@@ -78,6 +78,9 @@ def test_monitor_equals_oracle(backend, metric, data):
 @given(data=st.data())
 def test_index_range_query_with_removal(backend, metric, data):
     X, _, epsilon, metric = data.draw(streams(metrics=(metric,)))
+    # The BDD's variables grow with the columns: with 512-column streams this test took 10–57 s for
+    # the BDD alone from run to run. Its wide streams are covered by test_monitor_equals_oracle.
+    assume(backend != "bdd" or X.shape[1] <= 128)
     index = small_index(backend, X.shape[1], metric, epsilon)
     ids = np.arange(100, 100 + len(X), dtype=np.int64)
     half = len(X) // 2
