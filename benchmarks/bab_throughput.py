@@ -34,6 +34,10 @@ QUERIES = {
     "cifar_resnet_14": ("cifar10_resnet", "onnx/resnet_2b.onnx",
                         "vnnlib_properties_pgd_filtered/resnet2b_pgd_filtered/prop_14_eps_0.008.vnnlib"),
     "verivital_34": ("verivital", "Convnet_avgpool.onnx", "specs/avgpool_specs/prop_14_0.04.vnnlib"),
+    "oval21_12": ("oval21", "onnx/cifar_wide_kw.onnx", "vnnlib/cifar_wide_kw-img8517-eps0.006928104575163399.vnnlib"),
+    "oval21_19": ("oval21", "onnx/cifar_wide_kw.onnx", "vnnlib/cifar_wide_kw-img3458-eps0.022875816993464054.vnnlib"),
+    "cifar_resnet_48": ("cifar10_resnet", "onnx/resnet_4b.onnx",
+                        "vnnlib_properties_pgd_filtered/resnet4b_pgd_filtered/prop_0_eps_0.004.vnnlib"),
 }
 
 
