@@ -125,22 +125,23 @@ def test_estimates_taken_in_chunks_of_domains_equal_one_pass(monkeypatch):
     assert torch.allclose(together, apart, rtol=1e-12, atol=1e-12)
 
 
-def _two_neuron_query(out_weights):
-    """y = w_A·relu(x₀ + x₁) + w_B·relu(x₀ − x₁) over [−1, 1]², unsafe y ≥ 0.05, its root bounded:
-    both hidden neurons are unstable with the same bounds (−2, 2), so the same relaxation area."""
+def _two_neuron_query(out_weights, C=((1.0,),), d=(-0.05,)):
+    """y = w_A·relu(x₀ + x₁) + w_B·relu(x₀ − x₁) over [−1, 1]², unsafe C y + d ≥ 0 (default
+    y ≥ 0.05), its root bounded: both hidden neurons are unstable with the same bounds (−2, 2),
+    so the same relaxation area."""
     hidden = Linear(torch.tensor([[1.0, 1.0], [1.0, -1.0]], dtype=torch.float64), torch.zeros(2, dtype=torch.float64))
     out = Linear(torch.tensor([out_weights], dtype=torch.float64), torch.zeros(1, dtype=torch.float64))
     network = Network((hidden, ReLU(), out), (2,))
-    (query,) = from_unsafe(network, box(2, 1.0), unsafe_region([[1.0]], [-0.05]))
+    (query,) = from_unsafe(network, box(2, 1.0), unsafe_region([list(row) for row in C], list(d)))
     ((strategy, state),) = conjunction_searches(network, query)
     return network, strategy, strategy.bound(state.pending[0], Deadline(), SearchStats())
 
 
 def test_intercept_scores_rank_the_neuron_whose_relaxation_costs_the_bound_first():
-    """Neuron A (weight +1) enters the upper bound of y through its chord, whose intercept costs
-    1·u(−l)/(u − l) = 1; neuron B (weight −5) through its lower relaxation, which α makes exact
-    for the upper bound (slope 0: max of −5·relu is 0). Splitting B cannot tighten the bound,
-    splitting A closes the gap: A must rank first, though |W| (5 against 1) favours B."""
+    """Neuron A (weight +1) enters the upper bound of y through its chord, whose intercept is
+    1·u(−l)/(u − l) = 1; neuron B (weight −5) through its lower relaxation, which has none. A must
+    rank first, though |W| (5 against 1) favours B; FSB agrees: A's z ≤ 0 child is refuted
+    (−0.05) while B's children are no tighter than their parent (1.95 and 10.95)."""
     network, strategy, bounded = _two_neuron_query([1.0, -5.0])
     assert not bool(bounded.closed.any())
     domains = bounded.branches
@@ -154,5 +155,21 @@ def test_intercept_scores_rank_the_neuron_whose_relaxation_costs_the_bound_first
     estimates = relu_split._children_estimates(network, strategy.C, strategy.d, domains,
                                                torch.tensor([[0, 1]]), "float64")
     assert estimates[0, 0].amax() < estimates[0, 1].amax()
+    assert estimates[0, 0].amin() < 0 <= estimates[0, 1].amin()
     child_splits, _, _ = relu_split._branch(network, strategy.C, strategy.d, domains, row_upper)
     assert child_splits[0][:, 0].tolist() == [1, -1] and child_splits[0][:, 1].tolist() == [0, 0]
+
+
+def test_intercept_scores_read_the_row_closest_to_refuted():
+    """A conjunction of y ≥ 0.05 (upper bound 1.95) and −y ≥ −100 (upper bound ~104): the scores
+    are those of the first row alone. The second row's coefficients have the opposite signs (B's
+    chord, A's lower relaxation), so scoring by it, or by every row, would rank B first."""
+    network, strategy, bounded = _two_neuron_query([1.0, -5.0], C=((1.0,), (-1.0,)), d=(-0.05, 100.0))
+    row_upper = bounded.payload.result.upper
+    assert not bool(bounded.closed.any()) and row_upper[0, 0] < row_upper[0, 1]
+    (scores,) = relu_split._intercept_scores(network, strategy.C, strategy.d, bounded.branches, row_upper)
+    _, alone, bounded_alone = _two_neuron_query([1.0, -5.0])
+    (expected,) = relu_split._intercept_scores(network, alone.C, alone.d, bounded_alone.branches,
+                                               bounded_alone.payload.result.upper)
+    assert scores[0, 0] > scores[0, 1]
+    assert torch.allclose(scores, expected, rtol=1e-12, atol=0)

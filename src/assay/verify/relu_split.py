@@ -261,10 +261,9 @@ class ReluSplitting:
             refine = self.network.num_relus <= REFINE_MAX_RELUS
             newest = branches.tags.get("split_layer") if branches.tags else None
             fixed = int(newest.min()) + 1 if refine and newest is not None else 0
-            tags = branches.tags or {}
             splits = [s.to(torch.int64) for s in branches.splits]
             parents = branches.parents
-            alphas = [tags.get(f"alpha_{k}") for k in range(len(branches.splits))]
+            alphas = _slopes_of(branches)
             to_bound = _unstable_after(parents, fixed) if refine else None
             if to_bound is not None and to_bound <= INTERMEDIATE_BETA_MAX_UNSTABLE:
                 # Few neurons left to bound: each gets β-CROWN bounds of its own, which carry the
@@ -384,7 +383,7 @@ def _probe(network, query, result, open_, attack: bool = False, deadline: Deadli
 # best split is nearly always among a few: oval21 cifar_base img8194 and cifar_deep img7878
 # decide in the same 1,413 and 421 domains with 20 candidates as with 400 candidates ranked by a
 # |W| sensitivity bound, each candidate's children costing one walk's rows
-# (:func:`assay.bounds.split_child_bounds`), a twentieth of the time. On cifar_wide img8517 the
+# (:func:`assay.bounds.split_child_bounds`): a twentieth of the estimates. On cifar_wide img8517 the
 # 400 estimates were 83 % of the search's time; with 20 it holds in 214 s (open at 180 s before).
 FSB_CANDIDATES = 20
 # The dtype of those children's bounds (they only rank candidates).
@@ -457,8 +456,7 @@ def _children_estimates(network, C, d, domains: Branches, candidates, dtype: str
     count, k = candidates.shape
     per_domain = 2 * k * C.shape[0] * max(network.input_size, max(s[0].numel() for s in domains.splits))
     step = max(1, _FSB_CHUNK_ELEMENTS // per_domain)
-    tags = domains.tags or {}
-    alphas = [tags.get(f"alpha_{n}") for n in range(len(domains.splits))]
+    alphas = _slopes_of(domains)
     parts = []
     for start in range(0, count, step):
         part = slice(start, start + step)
@@ -467,6 +465,13 @@ def _children_estimates(network, C, d, domains: Branches, candidates, dtype: str
                                    dtype=resolve_dtype(dtype))
         parts.append(-lower.amax(3))  # the least upper bound of the rows C y + d
     return torch.cat(parts)
+
+
+def _slopes_of(branches: Branches) -> list:
+    """Per ReLU layer, the optimised slopes (B, S, *shape) the domains' bounds were computed with
+    (tagged by :meth:`ReluSplitting.bound`; what children start from), or None."""
+    tags = branches.tags or {}
+    return [tags.get(f"alpha_{k}") for k in range(len(branches.splits))]
 
 
 def _offsets(splits) -> torch.Tensor:
@@ -490,14 +495,15 @@ def _intercept_scores(network, C, d, domains: Branches, row_upper):
     search settled 72 % of the volume in 90 s shortlisting 20 candidates by these scores, 37 %
     by the earlier |W| sensitivity bound times the area (63 % with 400 of those).
     """
-    tags = domains.tags or {}
-    alphas = [tags.get(f"alpha_{n}") for n in range(len(domains.splits))]
-    walk = relu_coefficients(network, domains.parents, -C, -d, alphas=alphas)
     count = len(domains)
     row = row_upper.argmin(1)
+    pick = torch.arange(count), row
+    # Only each domain's own row is walked (its slopes are those of that row's bound).
+    alphas = [None if a is None else a[pick].unsqueeze(1) for a in _slopes_of(domains)]
+    walk = relu_coefficients(network, domains.parents, -C[row].unsqueeze(1), -d[row].unsqueeze(1), alphas=alphas)
     scores = []
     for k, coefficients in enumerate(walk.layers):
-        lam = coefficients[torch.arange(count), row]  # (B, *shape)
+        lam = coefficients[:, 0]  # (B, *shape)
         lower, upper = domains.parents.lower[k].to(lam.dtype), domains.parents.upper[k].to(lam.dtype)
         unstable = (lower < 0) & (upper > 0) & (domains.splits[k] == 0)
         intercept = (-lam).clamp(min=0) * (-lower)
