@@ -112,8 +112,9 @@ def check_step(step, network, input_box, spec, rng):
         assert 0.0 <= step.coverage < 1.0 or step.status is VerificationStatus.TIMEOUT
 
 
-COMBINATIONS = ["none", "all"] + list(ACCELERATIONS) + ["bmi,lb", "bmi,rsr", "bmi,lb,rsr", "bmw,inn", "bmw,ic",
-                                                         "bmw,inn,ic", "bmi,lb,rsr,bmw,inn"]
+# Every acceleration, alone where it acts alone and with the one it needs otherwise.
+COMBINATIONS = ["none", "all", "bmi", "bmw", "bmi,lb", "bmi,rsr", "bmi,lb,rsr", "bmw,inn", "bmw,ic", "bmw,inn,ic",
+                "bmi,lb,rsr,bmw,inn"]
 
 
 def random_stream(seed: int, steps: int):
@@ -399,6 +400,11 @@ def test_bad_input_is_a_clear_error():
     spec = upper_limit_spec(10.0)
     with pytest.raises(OptionError, match="unknown acceleration"):
         OnlineVerifier(network, box(-np.ones(3), np.ones(3)), spec=spec, accelerations="bmi,warp")
+    # An acceleration without the one whose leaves it acts on would silently do nothing.
+    for alone, needed in [("lb", "bmi"), ("rsr", "bmi"), ("inn", "bmw"), ("ic", "bmw")]:
+        assert alone in ACCELERATIONS
+        with pytest.raises(OptionError, match=f"'{alone}' needs '{needed}'"):
+            OnlineVerifier(network, box(-np.ones(3), np.ones(3)), spec=spec, accelerations=alone)
     online = OnlineVerifier(network, box(-np.ones(3), np.ones(3)), spec=spec)
     with pytest.raises(SpecError, match="3 inputs"):
         online.update(box(-np.ones(4), np.ones(4)))

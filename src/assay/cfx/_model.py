@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from assay._lp import silent_highs
 from assay.errors import DataError, OptionError
 from assay.nn import Linear, Network, ReLU
 
@@ -228,8 +229,7 @@ def run_highs(problem: _Problem, options: dict) -> _Outcome:
     """One HiGHS run through highspy (the one place the solver is called: tests replace it)."""
     import highspy
 
-    highs = highspy.Highs()
-    highs.setOptionValue("output_flag", False)
+    highs = silent_highs()
     for name, value in options.items():
         highs.setOptionValue(name, value)
     inf = highspy.kHighsInf

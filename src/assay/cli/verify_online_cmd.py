@@ -57,7 +57,8 @@ def verify_online(
                                     "(updated weights, same architecture; relative to the steps file's folder)."),
     accelerations: str = typer.Option("all", "--accelerations", "-a", help="Reuse from step to step: all, none "
                                       "(every step from scratch) or a comma-separated subset of bmi, rsr, lb "
-                                      "(domain shift), bmw, inn, ic (model updates)."),
+                                      "(domain shift; rsr and lb need bmi), bmw, inn, ic (model updates; inn "
+                                      "and ic need bmw)."),
     max_leaves: int = typer.Option(1024, "--max-leaves", help="Leaf budget of the split tree; a step whose open "
                                    "leaves would exceed it is unknown."),
     timeout: float = typer.Option(None, "--timeout", "-t", help=f"Seconds per step before giving up on it (status "

@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from assay._lp import silent_highs
 from assay.bounds import affine_forms, pattern_lower_bound
 from assay.nn.network import Network
 from assay.verify.attack import confirm
@@ -115,8 +116,7 @@ def _solve_lazily(row_coef, row_offset, sign_coef, sign_offset, lower, upper):
     # optimum is ≥ 0 the maximiser satisfies it anyway: it changes no verdict.
     box_min = sign_offset + np.minimum(sign_coef * lower, sign_coef * upper).sum(1)
     candidates = np.flatnonzero(box_min < 0)
-    highs = highspy.Highs()
-    highs.setOptionValue("output_flag", False)
+    highs = silent_highs()
     highs.addVars(n + 1, np.concatenate([lower, [-highspy.kHighsInf]]), np.concatenate([upper, [highspy.kHighsInf]]))
     highs.changeColsCost(1, np.array([n], dtype=np.int32), np.array([-1.0]))  # minimise −t
 

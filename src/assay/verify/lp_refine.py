@@ -29,6 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from assay._lp import silent_highs
 from assay._lp_certificate import dual_upper_bound, folded_row, ideal_cut_constants
 from assay.bounds import IntermediateBounds, compute_bounds
 from assay.bounds.ibp import cast_outward
@@ -74,8 +75,7 @@ class _Relaxation:
     def __init__(self, lower: np.ndarray, upper: np.ndarray):
         import highspy
 
-        self.highs = highspy.Highs()
-        self.highs.setOptionValue("output_flag", False)
+        self.highs = silent_highs()
         self.kOptimal = highspy.HighsModelStatus.kOptimal
         self.lb, self.ub = list(lower), list(upper)
         self.highs.addVars(len(lower), np.asarray(lower, float), np.asarray(upper, float))

@@ -1,4 +1,12 @@
-"""The leaves online verification keeps from one step to the next."""
+"""The leaves online verification keeps from one step to the next, and the rule for reusing them.
+
+A kept leaf carries the identity of what its verdict and its bounds were proved for: the box
+(``checked_lower``/``checked_upper`` here, a branch's box for ReLU-splitting leaves) and the
+*network version* (an int the verifier bumps whenever the network's parameters change). A verdict
+is reused only for the same version and a domain inside that box; :func:`check_current` makes the
+version half of that rule a checked invariant of every reuse path, and :func:`stale_rows` is how a
+step marks what an earlier step left behind for another network (an early stop, an exception).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +17,37 @@ import torch
 from assay.bounds import IntermediateBounds
 from assay.verify.search import Branches
 
-__all__ = ["Leaves"]
+__all__ = ["Leaves", "check_current", "stale_rows", "versions_like"]
+
+
+def versions_like(count: int, version: int) -> torch.Tensor:
+    """(count,) int64: ``count`` leaves proved for network ``version``."""
+    return torch.full((count,), version, dtype=torch.int64)
+
+
+def stale_rows(versions: torch.Tensor, version: int) -> torch.Tensor:
+    """(N,) bool: the leaves whose verdicts and bounds were proved for another network version."""
+    return versions != version
+
+
+def check_current(versions: torch.Tensor, reused: torch.Tensor, version: int, kind: str) -> None:
+    """The reuse invariant: every leaf in ``reused`` was proved for network ``version``.
+
+    Raises AssertionError naming the first offending leaf: reusing it would certify the current
+    network with a proof about another one (a bug in the verifier, never bad input).
+    """
+    stale = reused & stale_rows(versions, version)
+    if bool(stale.any()):
+        leaf = int(stale.nonzero()[0, 0])
+        raise AssertionError(f"online verification would reuse {kind} leaf {leaf}, proved for network version "
+                             f"{int(versions[leaf])}, as a proof for network version {version}")
+
+
+def _unbounded_rows(bounds: IntermediateBounds, rows: torch.Tensor) -> IntermediateBounds:
+    """``bounds`` with the rows in ``rows`` (N,) bool replaced by ±inf (nothing known)."""
+    def mask(tensors, fill):
+        return tuple(torch.where(rows.reshape(-1, *([1] * (t.dim() - 1))), fill, t) for t in tensors)
+    return IntermediateBounds(mask(bounds.lower, -torch.inf), mask(bounds.upper, torch.inf))
 
 
 @dataclass(frozen=True, eq=False)
@@ -21,12 +59,14 @@ class Leaves:
             boundary); the cells partition the input space, so cell ∩ X(t) partitions X(t).
         checked_lower, checked_upper: (N, n) the box on which the leaf's verdict was last
             established (its domain then, or that domain grown by RSR's offset).
-        verified: (N,) bool: sound bounds showed no point of the checked box violates, for the
-            network of the step that checked it.
+        verified: (N,) bool: sound bounds showed no point of the checked box violates, for
+            network ``network_version``.
         row_upper: (N, m) upper bounds of the query rows on the checked box (+inf if none).
         bounds: the pre-activation bounds on the checked boxes (for incremental computation),
-            or None.
+            for network ``network_version``, or None.
         inn: (N,) bool: the verdict holds for every network inside the current INN intervals.
+        network_version: (N,) int64: the network version ``verified``, ``row_upper`` and
+            ``bounds`` were proved for.
     """
 
     cell_lower: torch.Tensor
@@ -37,6 +77,7 @@ class Leaves:
     row_upper: torch.Tensor
     bounds: IntermediateBounds | None
     inn: torch.Tensor
+    network_version: torch.Tensor
 
     def __len__(self) -> int:
         return self.verified.shape[0]
@@ -44,12 +85,29 @@ class Leaves:
     def select(self, which) -> Leaves:
         return Leaves(self.cell_lower[which], self.cell_upper[which], self.checked_lower[which],
                       self.checked_upper[which], self.verified[which], self.row_upper[which],
-                      None if self.bounds is None else self.bounds.select(which), self.inn[which])
+                      None if self.bounds is None else self.bounds.select(which), self.inn[which],
+                      self.network_version[which])
 
     def with_flags(self, *, verified=None, inn=None) -> Leaves:
         return Leaves(self.cell_lower, self.cell_upper, self.checked_lower, self.checked_upper,
                       self.verified if verified is None else verified, self.row_upper, self.bounds,
-                      self.inn if inn is None else inn)
+                      self.inn if inn is None else inn, self.network_version)
+
+    def stamped(self, version: int) -> Leaves:
+        """The same leaves, declared proved for network ``version`` (the caller's argument)."""
+        return Leaves(self.cell_lower, self.cell_upper, self.checked_lower, self.checked_upper, self.verified,
+                      self.row_upper, self.bounds, self.inn, versions_like(len(self), version))
+
+    def expired(self, version: int) -> Leaves:
+        """The leaves proved for another network than ``version`` lose their verdicts, row bounds
+        and pre-activation bounds (they must be bounded again); all are then stamped ``version``."""
+        stale = stale_rows(self.network_version, version)
+        if not bool(stale.any()):
+            return self
+        row_upper = torch.where(stale.unsqueeze(1), torch.inf, self.row_upper)
+        bounds = None if self.bounds is None else _unbounded_rows(self.bounds, stale)
+        return Leaves(self.cell_lower, self.cell_upper, self.checked_lower, self.checked_upper, self.verified & ~stale,
+                      row_upper, bounds, self.inn & ~stale, versions_like(len(self), version))
 
     @staticmethod
     def concat(parts: list[Leaves]) -> Leaves:
@@ -64,15 +122,15 @@ class Leaves:
                                         tuple(torch.cat([p.bounds.upper[k] for p in parts]) for k in layers))
         cat = lambda name: torch.cat([getattr(p, name) for p in parts])  # noqa: E731
         return Leaves(cat("cell_lower"), cat("cell_upper"), cat("checked_lower"), cat("checked_upper"), cat("verified"),
-                      cat("row_upper"), bounds, cat("inn"))
+                      cat("row_upper"), bounds, cat("inn"), cat("network_version"))
 
     @staticmethod
-    def from_branches(branches: Branches, verified: bool, cell_lower, cell_upper, rows: int) -> Leaves:
-        """Leaves for bounded branches of an input-splitting search, with their cells."""
+    def from_branches(branches: Branches, verified: bool, cell_lower, cell_upper, rows: int, version: int) -> Leaves:
+        """Leaves for branches of an input-splitting search bounded for network ``version``, with their cells."""
         count = len(branches)
         row_upper = branches.row_upper
         if row_upper is None:
             row_upper = torch.full((count, rows), torch.inf, dtype=torch.float64)
         return Leaves(cell_lower, cell_upper, branches.lower, branches.upper,
                       torch.full((count,), verified, dtype=torch.bool), row_upper.to(torch.float64),
-                      branches.parents, torch.zeros(count, dtype=torch.bool))
+                      branches.parents, torch.zeros(count, dtype=torch.bool), versions_like(count, version))

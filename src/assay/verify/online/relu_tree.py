@@ -15,6 +15,12 @@ The Lipschitz test (LB) and interval weights (INN) act on input-splitting leaves
 
 Coverage is the share of points sampled uniformly in X(t) whose leaf is verified in every
 search (each point's leaf is read off its activation pattern); it is exactly 1 when every leaf is.
+
+Every leaf carries the network version its verdict and bounds were proved for
+(:mod:`assay.verify.online.leaves`). A step that stops early (a counterexample in one conjunction's
+search, the deadline) leaves the later searches as they were, proved for the last network they
+were bounded for: the next step expires whatever was proved for another version than the one it
+starts from, and every reuse is checked against the current version.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from assay.bounds import IntermediateBounds, compute_bounds, input_sensitivities
 from assay.nn.network import Network
 from assay.verify.deadline import Deadline
 from assay.verify.online.geometry import contains, enlarge
+from assay.verify.online.leaves import check_current, stale_rows, versions_like
 from assay.verify.problem import UnsafeQuery
 from assay.verify.relu_split import conjunction_searches
 from assay.verify.result import VerificationStatus
@@ -42,13 +49,36 @@ COVERAGE_SAMPLES = 4096
 @dataclass(frozen=True, eq=False)
 class ReluLeaves:
     """The leaves of one conjunction's search: ``branches`` (their boxes are the boxes they were
-    last bounded on; split histories; pre-activation bounds) and ``verified`` (B,) bool."""
+    last bounded on; split histories; pre-activation bounds), ``verified`` (B,) bool, and
+    ``network_version`` (B,) int64, the network version the verdicts and bounds were proved for."""
 
     branches: Branches
     verified: torch.Tensor
+    network_version: torch.Tensor
 
     def __len__(self) -> int:
         return len(self.branches)
+
+    def select(self, which) -> ReluLeaves:
+        return ReluLeaves(self.branches.select(which), self.verified[which], self.network_version[which])
+
+    def with_verified(self, verified: torch.Tensor) -> ReluLeaves:
+        return ReluLeaves(self.branches, verified, self.network_version)
+
+    def expired(self, version: int) -> ReluLeaves:
+        """Leaves proved for another network than ``version`` lose their verdicts and bounds
+        (their split histories stay: the leaves still partition the input space)."""
+        stale = stale_rows(self.network_version, version)
+        if not bool(stale.any()):
+            return self
+        parents = self.branches.parents
+        fresh = _unbounded_like(parents)
+        keep = ~stale
+        parents = IntermediateBounds(
+            tuple(torch.where(keep.reshape(-1, *([1] * (a.dim() - 1))), a, b) for a, b in zip(parents.lower, fresh.lower)),
+            tuple(torch.where(keep.reshape(-1, *([1] * (a.dim() - 1))), a, b) for a, b in zip(parents.upper, fresh.upper)))
+        return ReluLeaves(replace(self.branches, parents=parents, row_upper=None), self.verified & keep,
+                          versions_like(len(self), version))
 
 
 @dataclass(frozen=True)
@@ -74,15 +104,17 @@ class ReluTree:
     def leaf_count(self) -> int:
         return sum(len(s) for s in self.searches)
 
-    def rebuild(self, network: Network, query: UnsafeQuery, deadline: Deadline, stats: SearchStats) -> TreeStep:
-        """One search per conjunction from the whole box, within the leaf budget."""
+    def rebuild(self, network: Network, query: UnsafeQuery, deadline: Deadline, stats: SearchStats,
+                version: int) -> TreeStep:
+        """One search per conjunction from the whole box, within the leaf budget; ``version``
+        identifies ``network``."""
         pairs = conjunction_searches(network, query)
         budget = max(1, self.options.max_leaves // len(pairs))
         # Until its search has run, every conjunction keeps one unverified leaf: the whole box.
         self.searches = [ReluLeaves(replace(state.pending[0], parents=_unbounded(network, 1)),
-                                    torch.zeros(1, dtype=torch.bool)) for _, state in pairs]
+                                    torch.zeros(1, dtype=torch.bool), versions_like(1, version)) for _, state in pairs]
         for number, (strategy, state) in enumerate(pairs):
-            outcome, leaves = self._search(strategy, state, deadline, stats, budget)
+            outcome, leaves = self._search(strategy, state, deadline, stats, budget, version)
             if leaves is None:
                 return TreeStep(outcome.status, outcome.found, 0, 1, 0)
             self.searches[number] = leaves
@@ -91,9 +123,13 @@ class ReluTree:
         return TreeStep(VerificationStatus.HOLDS, None, 0, 1, max(0, self.leaf_count - len(pairs)))
 
     def step(self, network: Network, query: UnsafeQuery, changed: int | None, deadline: Deadline,
-             stats: SearchStats, network_same: bool) -> TreeStep:
-        """Verify X(t) (``query``) for ``network``, reusing the kept leaves (see the module docstring)."""
+             stats: SearchStats, *, version: int, prior_version: int, domain_changed: bool) -> TreeStep:
+        """Verify X(t) (``query``) for ``network`` (network version ``version``), reusing the kept
+        leaves (see the module docstring). ``prior_version`` is the version of the last step's
+        network (``changed``: its first Linear/Conv2d layer that differs from ``network``, or None);
+        ``domain_changed``: X(t) differs from the last step's box."""
         pairs = conjunction_searches(network, query)
+        network_same = version == prior_version
         if len(pairs) != len(self.searches):
             raise AssertionError("the kept searches do not match the query's conjunctions")  # a bug
         acc = self.options.accelerations
@@ -101,11 +137,14 @@ class ReluTree:
         reused = recomputed = resplit = 0
         updated: list[ReluLeaves] = []
         for (strategy, _), leaves in zip(pairs, self.searches):
+            # What an early stop of an earlier step left proved for an older network is bounded anew.
+            leaves = leaves.expired(prior_version)
             branches = leaves.branches
             count = len(branches)
             lower, upper = query.lower.expand(count, -1), query.upper.expand(count, -1)
             keep = leaves.verified & contains(branches.lower, branches.upper, lower, upper) if network_same else (
                 torch.zeros(count, dtype=torch.bool))
+            check_current(leaves.network_version, keep, version, "ReLU-splitting")
             reused += int(keep.sum())
             redo = ~keep
             recomputed += int(redo.sum())
@@ -115,11 +154,11 @@ class ReluTree:
             todo = branches.select(redo)
             done = []
             fresh_bounds = network_same  # whether todo's bounds were computed for this network
-            if "rsr" in acc and self.rsr_offset > 0:
+            if "rsr" in acc and self.rsr_offset > 0 and domain_changed:
                 # RSR: first on the box grown by the offset; what fails there goes on with X(t).
                 grown_lower, grown_upper = enlarge(query.lower, query.upper, self.rsr_offset)
                 relaxed, todo = self._refute(network, strategy, todo, grown_lower, grown_upper, changed, network_same,
-                                             stats)
+                                             stats, version)
                 done.append(relaxed)
                 fresh_bounds, changed = True, None  # bounds now on the grown box, for this network
                 if self.options.rsr_adaptive:
@@ -128,21 +167,24 @@ class ReluTree:
                         self.rsr_offset / 2, least)
             if len(todo):
                 exact, todo = self._refute(network, strategy, todo, query.lower, query.upper, changed, fresh_bounds,
-                                           stats)
+                                           stats, version)
                 done.append(exact)
             done = _concat(done)
             roots = todo
             if not len(roots):
-                updated.append(_concat([ReluLeaves(branches.select(keep), leaves.verified[keep]), done]))
+                updated.append(_concat([leaves.select(keep), done]))
                 continue
             outcome, fresh = self._search(strategy, SearchState.start(roots), deadline, stats,
-                                          max(budget - int(keep.sum()) - len(done), len(roots)))
+                                          max(budget - int(keep.sum()) - len(done), len(roots)), version)
             if fresh is None:
-                updated.append(ReluLeaves(branches, leaves.verified & keep))
+                # A counterexample: this search keeps its leaves, verified only where reused; the
+                # later searches keep theirs, proved for the networks they name (expired next step
+                # if that is not the network the next step starts from).
+                updated.append(leaves.with_verified(leaves.verified & keep))
                 self.searches = updated + self.searches[len(updated):]
                 return TreeStep(outcome.status, outcome.found, reused, recomputed, resplit)
             resplit += max(0, len(fresh) - len(roots))
-            kept = ReluLeaves(branches.select(keep), leaves.verified[keep])
+            kept = leaves.select(keep)
             updated.append(_concat([kept, done, fresh]))
             if outcome.status is VerificationStatus.TIMEOUT:
                 self.searches = updated + self.searches[len(updated):]
@@ -179,7 +221,7 @@ class ReluTree:
         return min(float(covered.to(torch.float64).mean()), 1.0 - 0.5 / x.shape[0])
 
     # ------------------------------------------------------------------ pieces
-    def _refute(self, network, strategy, todo: Branches, lower, upper, changed, network_same, stats):
+    def _refute(self, network, strategy, todo: Branches, lower, upper, changed, network_same, stats, version):
         """Bound leaves on the box [lower, upper] with plain CROWN and their splits (a kept leaf is
         often refuted again without β-CROWN); returns (the refuted ones, as verified leaves on
         that box; the others on that box, with the bounds just computed)."""
@@ -194,22 +236,26 @@ class ReluTree:
         stats.domains += count
         refuted = (quick.upper < 0).any(1)
         boxed = Branches(lower, upper, todo.splits, quick.intermediate, todo.weight)
-        return (ReluLeaves(boxed.select(refuted), torch.ones(int(refuted.sum()), dtype=torch.bool)),
+        return (ReluLeaves(boxed.select(refuted), torch.ones(int(refuted.sum()), dtype=torch.bool),
+                           versions_like(int(refuted.sum()), version)),
                 boxed.select(~refuted))
 
-    def _search(self, strategy, state, deadline, stats, budget):
+    def _search(self, strategy, state, deadline, stats, budget, version):
         outcome: SearchOutcome = branch_and_bound(strategy, state, deadline, batch_size=min(self.options.verify.batch_size, 256),
                                                   stats=stats, keep_closed="with_bounds", max_leaves=max(budget, state.pending_count))
         if outcome.status is VerificationStatus.VIOLATED:
             return outcome, None
         final = outcome.state
-        parts = [ReluLeaves(c, torch.ones(len(c), dtype=torch.bool)) for c in final.closed if len(c)]
-        parts += [ReluLeaves(c, torch.zeros(len(c), dtype=torch.bool)) for c in (*final.unresolved, *final.pending) if len(c)]
+        parts = [ReluLeaves(c, torch.ones(len(c), dtype=torch.bool), versions_like(len(c), version))
+                 for c in final.closed if len(c)]
+        parts += [ReluLeaves(c, torch.zeros(len(c), dtype=torch.bool), versions_like(len(c), version))
+                  for c in (*final.unresolved, *final.pending) if len(c)]
         if not parts:
             raise AssertionError("a search ended with no leaves")  # a bug, never bad input
         network = strategy.network
         parts = [p if p.branches.parents is not None else
-                 ReluLeaves(replace(p.branches, parents=_unbounded(network, len(p))), p.verified) for p in parts]
+                 ReluLeaves(replace(p.branches, parents=_unbounded(network, len(p))), p.verified, p.network_version)
+                 for p in parts]
         return outcome, _concat(parts)
 
     def _inherited(self, network, todo: Branches, lower, upper, changed, network_same) -> IntermediateBounds:
@@ -241,8 +287,14 @@ def _unbounded(network: Network, count: int) -> IntermediateBounds:
                               tuple(torch.full((count, *s), torch.inf, dtype=torch.float64) for s in shapes))
 
 
+def _unbounded_like(bounds: IntermediateBounds) -> IntermediateBounds:
+    return IntermediateBounds(tuple(torch.full_like(t, -torch.inf) for t in bounds.lower),
+                              tuple(torch.full_like(t, torch.inf) for t in bounds.upper))
+
+
 def _concat(parts: list[ReluLeaves]) -> ReluLeaves:
     parts = [p for p in parts if len(p)] or parts[:1]
     if len(parts) == 1:
         return parts[0]
-    return ReluLeaves(Branches.concat([p.branches for p in parts]), torch.cat([p.verified for p in parts]))
+    return ReluLeaves(Branches.concat([p.branches for p in parts]), torch.cat([p.verified for p in parts]),
+                      torch.cat([p.network_version for p in parts]))

@@ -34,6 +34,10 @@ below that of the last build.
 Soundness: a step HOLDS only when every leaf meeting X(t) is verified for this step's network
 by sound bounds, by containment in a box verified for a set of networks containing this one,
 or by the Lipschitz test; VIOLATED carries an input of X(t) re-checked by a forward pass.
+Every leaf names the network version its verdict and bounds were proved for; a step first
+expires what was proved for another network than the one the last step ran on (a step cut short
+by an exception or a counterexample leaves such leaves behind), and every reuse is checked
+against the current version (:func:`assay.verify.online.leaves.check_current`).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ from assay.sets import Box
 from assay.verify.deadline import Deadline
 from assay.verify.input_split import InputSplitting
 from assay.verify.online.geometry import cells_of, contains, enlarge, hausdorff_excess, leaf_domains, relative_volumes
-from assay.verify.online.leaves import Leaves
+from assay.verify.online.leaves import Leaves, check_current, versions_like
 from assay.verify.online.relu_tree import ReluTree
 from assay.verify.options import VerifyOptions
 from assay.verify.problem import UnsafeQuery, from_required, from_unsafe
@@ -63,6 +67,9 @@ from assay.verify.search import Branches, SearchOutcome, SearchState, SearchStat
 __all__ = ["ACCELERATIONS", "OnlineOptions", "OnlineStep", "OnlineVerifier"]
 
 ACCELERATIONS = ("bmi", "rsr", "lb", "bmw", "inn", "ic")
+# Accelerations that act on what another one keeps: RSR and LB on the leaves BMI keeps across a
+# domain shift, INN and IC on the leaves BMW keeps across an update.
+_NEEDS = {"rsr": "bmi", "lb": "bmi", "inn": "bmw", "ic": "bmw"}
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,8 @@ class OnlineOptions:
 
     Attributes:
         accelerations: a subset of :data:`ACCELERATIONS` (see the module docstring); none means
-            every step is verified from scratch (the baseline).
+            every step is verified from scratch (the baseline), unchanged steps included. RSR
+            and LB need BMI, INN and IC need BMW (an OptionError says so).
         max_leaves: the leaf budget of the split tree (the paper uses 250).
         rsr_offset: RSR's growth of a leaf's domain on the domain's outer faces (input units).
         rsr_adaptive: double the offset after a step whose grown leaves all verify (up to
@@ -103,6 +111,11 @@ class OnlineOptions:
         if unknown:
             raise OptionError(f"unknown acceleration(s) {sorted(unknown)}; known: {', '.join(ACCELERATIONS)} "
                               f"(or 'all', 'none')")
+        missing = sorted(f"'{name}' needs '{_NEEDS[name]}'" for name in names if name in _NEEDS and _NEEDS[name] not in names)
+        if missing:
+            wanted = ",".join(n for n in ACCELERATIONS if n in names | {_NEEDS[n] for n in names if n in _NEEDS})
+            raise OptionError(f"accelerations {', '.join(missing)} (it acts on the leaves that one keeps); "
+                              f"use {wanted}")
         object.__setattr__(self, "accelerations", names)
         check_int(self.max_leaves, "max_leaves", "OnlineVerifier", minimum=1)
         check_float(self.rsr_offset, "rsr_offset", "OnlineVerifier", minimum=0.0)
@@ -139,7 +152,10 @@ class OnlineStep:
         step: 0 for the first verification, then 1, 2, ...
         status: HOLDS (every leaf meeting X(t) verified), VIOLATED (with ``counterexample``),
             UNKNOWN (open leaves remain within the leaf budget) or TIMEOUT.
-        coverage: exact volume of the verified part of X(t) / volume of X(t).
+        coverage: the share of X(t) (by volume; by sampled points over ReLU-splitting leaves)
+            that lies in leaves verified for this step's network: 1.0 for HOLDS, 0.0 for
+            VIOLATED (the property fails, whatever share the search had settled), in between
+            for UNKNOWN and TIMEOUT. Defined the same way whatever the accelerations.
         leaves: leaves of the tree after the step (``active``: those meeting X(t)).
         reused: leaves whose verdict carried over (domain inside the verified box, same network).
         skipped: leaves kept by a test instead of bounds: ``{"lb": n, "inn": n}``.
@@ -204,6 +220,8 @@ class OnlineVerifier:
         self._lipschitz: tuple[Network, torch.Tensor] | None = None
         self._sensitivities: tuple[Network, tuple[torch.Tensor, ...]] | None = None
         self._rsr_offset = self.options.rsr_offset
+        # The identity of the network the leaves are proved for: bumped whenever the parameters change.
+        self._version = 0
         # Networks with many inputs: leaves of ReLU-splitting searches (see relu_tree).
         self._relu = None
         if self.options.verify.strategy_for(network.input_size) == "relu":
@@ -239,23 +257,27 @@ class OnlineVerifier:
         elif weights is not None:
             new_network = _with_weights(self.network, weights)
         changed = _first_changed_layer(self.network, new_network)
+        prior_version = self._version
         if changed is not None:
             self._record_change(self.network, new_network)
+            self._version += 1
         domain_changed = not (torch.equal(lower, self.lower) and torch.equal(upper, self.upper))
         self.lower, self.upper, self.network = lower, upper, new_network
         stats = SearchStats()
         query = self._query(new_network, lower, upper)
         acc = self.options.accelerations
-        incremental = (not domain_changed or "bmi" in acc) and (changed is None or "bmw" in acc)
+        # No accelerations: every step from scratch, unchanged ones included (the baseline).
+        incremental = bool(acc) and (not domain_changed or "bmi" in acc) and (changed is None or "bmw" in acc)
         step = len(self.steps)
         if not incremental:
             result = self._rebuild(query, new_network, stats, started, step)
         elif self._relu is not None:
             deadline = Deadline(started + self.options.verify.timeout)
-            tree = self._relu.step(new_network, query, changed, deadline, stats, network_same=changed is None)
+            tree = self._relu.step(new_network, query, changed, deadline, stats, version=self._version,
+                                   prior_version=prior_version, domain_changed=domain_changed)
             result = self._relu_result(step, query, new_network, tree, started, stats, rebuilt=False)
         else:
-            result = self._incremental(query, new_network, changed, stats, started, step)
+            result = self._incremental(query, new_network, changed, stats, started, step, prior_version, domain_changed)
             drop = self.options.rebuild_drop
             # An undecided step rebuilds when its verified volume fell, or when the tree is full
             # (no leaf can be split again: a fresh tree may need far fewer leaves).
@@ -269,14 +291,15 @@ class OnlineVerifier:
     def _rebuild(self, query, network, stats, started, step) -> OnlineStep:
         """Verify from scratch: one search from the whole box, within the leaf budget."""
         if self._relu is not None:
-            tree = self._relu.rebuild(network, query, Deadline(started + self.options.verify.timeout), stats)
+            tree = self._relu.rebuild(network, query, Deadline(started + self.options.verify.timeout), stats,
+                                      self._version)
             result = self._relu_result(step, query, network, tree, started, stats, rebuilt=True)
             self._built_coverage = result.coverage
             return result
         infinite = torch.full((1, network.input_size), torch.inf, dtype=torch.float64)
         root = Leaves(-infinite, infinite, query.lower.unsqueeze(0), query.upper.unsqueeze(0),
                       torch.zeros(1, dtype=torch.bool), torch.full((1, query.C.shape[0]), torch.inf, dtype=torch.float64),
-                      None, torch.zeros(1, dtype=torch.bool))
+                      None, torch.zeros(1, dtype=torch.bool), versions_like(1, self._version))
         deadline = Deadline(started + self.options.verify.timeout)
         outcome, grown = self._search(network, query, root, root.checked_lower, root.checked_upper, None, 0,
                                       self.options.max_leaves, deadline, stats)
@@ -302,9 +325,10 @@ class OnlineVerifier:
         return OnlineStep(step, status, coverage, counterexample, leaves, leaves, tree.reused, {"lb": 0, "inn": 0},
                           tree.recomputed, tree.resplit, rebuilt, stats.domains, time.monotonic() - started)
 
-    def _incremental(self, query, network, changed, stats, started, step) -> OnlineStep:
+    def _incremental(self, query, network, changed, stats, started, step, prior_version, domain_changed) -> OnlineStep:
         options, acc = self.options, self.options.accelerations
-        leaves = self._leaves
+        # What an interrupted step left proved for another network is bounded anew.
+        leaves = self._leaves.expired(prior_version)
         dom_lower, dom_upper, active = leaf_domains(leaves.cell_lower, leaves.cell_upper, query.lower, query.upper)
         inside = contains(leaves.checked_lower, leaves.checked_upper, dom_lower, dom_upper)
         deadline = Deadline(started + options.verify.timeout)
@@ -321,6 +345,7 @@ class OnlineVerifier:
                     lb[candidates] = self._lipschitz_safe(network, query, leaves.row_upper[candidates], distance)
             skipped["lb"] = int(lb.sum())
             keep_verdict = reused | lb
+            check_current(leaves.network_version, keep_verdict, self._version, "input-splitting")
             verified = leaves.verified  # verdicts stay valid for the same network
         else:
             reused = torch.zeros_like(active)
@@ -331,7 +356,10 @@ class OnlineVerifier:
                 reused = leaves.inn & inside & active
                 skipped["inn"] = int(reused.sum())
             keep_verdict = reused
-            # Other verdicts, and bounds after the first changed layer, were for the old network.
+            # Other verdicts, and bounds after the first changed layer, were for the old network;
+            # what remains (INN verdicts, which hold for every network in the intervals that were
+            # just checked to contain this one, and the bounds before the first changed layer)
+            # holds for this network.
             verified = leaves.verified & leaves.inn
             if leaves.bounds is not None:
                 fixed = sum(1 for index in network.relu_indices if index < changed)
@@ -340,6 +368,9 @@ class OnlineVerifier:
                 leaves = replace(leaves, bounds=IntermediateBounds(
                     tuple(torch.where(_rows(keep, a), a, b) for a, b in zip(leaves.bounds.lower, stale.lower)),
                     tuple(torch.where(_rows(keep, a), a, b) for a, b in zip(leaves.bounds.upper, stale.upper))))
+            leaves = replace(leaves.with_flags(verified=verified), row_upper=torch.where(
+                verified.unsqueeze(1), leaves.row_upper, torch.inf)).stamped(self._version)
+            check_current(leaves.network_version, keep_verdict, self._version, "input-splitting")
         recompute = active & ~keep_verdict
         kept = leaves.select(~recompute).with_flags(verified=verified[~recompute])
         roots = leaves.select(recompute)
@@ -348,7 +379,7 @@ class OnlineVerifier:
         else:
             budget = len(roots)
         relaxed = roots.select(torch.zeros(len(roots), dtype=torch.bool))
-        if "rsr" in acc and options.rsr_offset > 0 and len(roots):
+        if "rsr" in acc and options.rsr_offset > 0 and len(roots) and domain_changed:
             relaxed, roots = self._relaxed_first(query, network, roots, changed, deadline, stats)
             budget -= len(relaxed)
         box_lower, box_upper, _ = leaf_domains(roots.cell_lower, roots.cell_upper, query.lower, query.upper)
@@ -386,7 +417,7 @@ class OnlineVerifier:
             least, offset = self.options.rsr_offset, self._rsr_offset
             self._rsr_offset = min(2 * offset, 64 * least) if bool(closed.all()) else max(offset / 2, least)
         relaxed = Leaves.from_branches(bounded.branches.select(closed), True, roots.cell_lower[closed],
-                                       roots.cell_upper[closed], query.C.shape[0])
+                                       roots.cell_upper[closed], query.C.shape[0], self._version)
         return relaxed, roots.select(~closed)
 
     def _search(self, network, query, roots: Leaves, box_lower, box_upper, parents, fixed, budget, deadline, stats):
@@ -415,7 +446,7 @@ class OnlineVerifier:
                                                  roots.cell_lower, roots.cell_upper)
             if chunk.parents is None:
                 chunk = replace(chunk, parents=_no_bounds(network, len(chunk)))
-            parts.append(Leaves.from_branches(chunk, verified, cell_lower, cell_upper, rows))
+            parts.append(Leaves.from_branches(chunk, verified, cell_lower, cell_upper, rows, self._version))
         return outcome, Leaves.concat(parts)
 
     def _inherited_bounds(self, network, roots: Leaves, box_lower, box_upper, changed):
@@ -494,7 +525,8 @@ class OnlineVerifier:
                 lower[k][inn], upper[k][inn] = fresh.lower[k], fresh.upper[k]
             bounds = IntermediateBounds(tuple(lower), tuple(upper))
         verified = leaves.verified | inn
-        return Leaves(leaves.cell_lower, leaves.cell_upper, checked_lower, checked_upper, verified, row_upper, bounds, inn)
+        return Leaves(leaves.cell_lower, leaves.cell_upper, checked_lower, checked_upper, verified, row_upper, bounds, inn,
+                      leaves.network_version)
 
     def _finish(self, step, query, outcome, safe, started, stats, *, reused, skipped, recomputed, resplit,
                 rebuilt) -> OnlineStep:
@@ -507,6 +539,7 @@ class OnlineVerifier:
         counterexample = None
         if outcome.status is VerificationStatus.VIOLATED:
             status = VerificationStatus.VIOLATED
+            coverage = 0.0
             x, y = outcome.found
             counterexample = Counterexample(x.reshape(self.network.input_shape), y, query.index)
         elif outcome.status is VerificationStatus.TIMEOUT:
