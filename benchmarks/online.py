@@ -39,6 +39,13 @@ step, shared by the rows); a HOLDS against VIOLATED (either way round) is a disa
 in the tables, printed, and makes the script exit non-zero. A row whose verifier raises keeps its
 steps so far and shows the error.
 
+Default accelerations (``--only defaults``): ACAS Xu 1_1 property 4 under two streams, each
+verified with the default accelerations ("all") and from scratch ("none", over ``--scratch-steps``
+steps), side by side: ``--acas-steps`` last-layer edits as above (domain fixed), and
+``--drift-steps`` steps of a slow drift that moves every input's interval by ``--drift`` (5e-4)
+of its width per step (network fixed). Target: a median per-step speed-up of at least 10× on the
+edits and 5× on the drift.
+
 Results: ``benchmarks/results/online.json`` and ``online.md`` (``--name``), written after every
 row, so a killed run leaves what it finished. Torch runs on one thread.
 
@@ -103,6 +110,7 @@ TARGETS = [  # (scenario, row, least speed-up over our own None row)
     ("domain shift", "BMI+LB+RSR", 12.0),
 ]
 ACAS_TARGET = 4.0
+DEFAULT_TARGETS = {"edits": 10.0, "drift": 5.0}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,6 +347,50 @@ def acasxu(args, checker: Checker, save, section: dict) -> None:
             save()
 
 
+def defaults(args, checker: Checker, save, section: dict) -> None:
+    """ACAS Xu 1_1 prop 4: default accelerations against from scratch, under edits and under a drift."""
+    folder = data_dir() / "acasxu"
+    network = load(folder / "ACASXU_run2a_1_1_batch_2000.onnx")
+    query = read_vnnlib(folder / "prop_4.vnnlib", num_inputs=5, num_outputs=5).queries[0]
+    spec_kw = {"unsafe": query.unsafe_outputs}
+    options = {"max_leaves": args.acas_leaves, "timeout": args.timeout}
+    warm_up(network, query.input_set, spec_kw, args.timeout)
+    box = query.input_set
+    lower, upper = box.lower.reshape(-1), box.upper.reshape(-1)
+    width = upper - lower
+    drifted = [(network, type(box)((lower + k * args.drift * width).reshape(box.lower.shape),
+                                   (upper + k * args.drift * width).reshape(box.upper.shape)))
+               for k in range(args.drift_steps + 1)]
+    edits = [(network, box)] + [(n, box) for n in acas_edits(network, args.acas_steps, args.acas_scale, [args.seed, 1, 1])]
+    section.update({"drift": args.drift, "drift_steps": args.drift_steps, "edit_steps": args.acas_steps,
+                    "scale": args.acas_scale, "scratch_steps": args.scratch_steps, "streams": {}})
+    for stream, problems in (("edits", edits), ("drift", drifted)):
+        rows = []
+        section["streams"][stream] = rows
+        for label, acc in (("from scratch", "none"), ("default (all)", "all")):
+            steps = problems[: args.scratch_steps + 1] if acc == "none" else problems
+            record = run_row(f"defaults {stream}", label, acc, steps, spec_kw, options, checker)
+            rows.append(record)
+            speedups(rows)
+            _report(f"[defaults] {stream} {label}", record)
+            save()
+
+
+def defaults_markdown(table: dict) -> str:
+    out = [f"\n## Default accelerations: ACAS Xu 1_1 prop 4 ({table['edit_steps']} last-layer edits of relative size "
+           f"{table['scale']:g}; {table['drift_steps']} drift steps of {table['drift']:g} × each input's width)\n\n"
+           f"From-scratch rows over the first {table['scratch_steps']} steps; speed-up = median from-scratch step / "
+           "median default step. Targets: ≥ 10× on the edits, ≥ 5× on the drift.\n"]
+    for stream, rows in table["streams"].items():
+        out.append(f"\n### {stream}\n\n")
+        out.append(markdown_table(ROW_HEADER, [_row_cells(r) for r in rows]))
+        out.extend(line + "\n" for line in _errors(rows))
+        ours = rows[-1]["summary"].get("speedup") if len(rows) == 2 else None
+        target = DEFAULT_TARGETS[stream]
+        out.append(f"\nTarget ≥ {target:g}×: {_x(ours)} ({'met' if ours and ours >= target else 'not met'}).\n")
+    return "".join(out)
+
+
 def _acas_ratios(pair: dict) -> None:
     rows = pair["rows"]
     pair["ratio"], pair["ratio_mean"] = {}, {}
@@ -489,6 +541,9 @@ def markdown(payload: dict) -> str:
                    f"bmw,inn,ic {_x(summary['geomean_of_means_inn_ic'])}.\n")
         if notes:
             out.append("\nErrors:\n\n" + "\n".join(notes) + "\n")
+    table = sections.get("defaults")
+    if table:
+        out.append(defaults_markdown(table))
     checks = payload["soundness"]
     out.append(f"\n## Soundness check\n\n{checks['checked']} decided verdicts re-verified from scratch "
                f"({checks['distinct']} distinct problems); disagreements: {checks['disagreements']}.\n")
@@ -528,7 +583,8 @@ def acas_summary(table: dict) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="table1,table2,acasxu", help="comma-separated: table1, table2, acasxu")
+    parser.add_argument("--only", default="table1,table2,acasxu,defaults",
+                        help="comma-separated: table1, table2, acasxu, defaults")
     parser.add_argument("--quick", action="store_true", help="a smoke run: few steps, one image, one ACAS Xu network")
     parser.add_argument("--steps", type=int, default=100, help="T: time steps of Table 1")
     parser.add_argument("--scratch-steps", type=int, default=20, help="steps of the from-scratch (None) rows")
@@ -544,6 +600,8 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per step (and per check)")
     parser.add_argument("--check-every", type=int, default=10, help="re-verify every k-th decided step (0: never)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the ACAS Xu edits")
+    parser.add_argument("--drift", type=float, default=5e-4, help="drift per step, as a share of each input's width")
+    parser.add_argument("--drift-steps", type=int, default=100, help="steps of the drift stream (defaults)")
     parser.add_argument("--name", default=None, help="result files (default online; online_quick with --quick)")
     parser.add_argument("--render", action="store_true", help="only rewrite the markdown from the JSON of --name")
     args = parser.parse_args(argv)
@@ -554,15 +612,16 @@ def main(argv=None) -> int:
         args.acas_networks, args.acas_properties, args.acas_steps, args.check_every = "1_1", "1,2", 3, 2
     name = args.name or ("online_quick" if args.quick else "online")
     only = [part.strip() for part in args.only.split(",") if part.strip()]
-    unknown = set(only) - {"table1", "table2", "acasxu"}
+    parts = ("table1", "table2", "acasxu", "defaults")
+    unknown = set(only) - set(parts)
     if unknown:
-        parser.error(f"--only takes table1, table2, acasxu; got {sorted(unknown)}")
+        parser.error(f"--only takes {', '.join(parts)}; got {sorted(unknown)}")
     torch.set_num_threads(1)
 
     # With --only, keep the other tables of an earlier run of the same name.
     sections: dict = {}
     previous = RESULTS / f"{name}.json"
-    if set(only) != {"table1", "table2", "acasxu"} and previous.exists():
+    if set(only) != set(parts) and previous.exists():
         try:
             sections = {k: v for k, v in json.loads(previous.read_text()).get("sections", {}).items() if k not in only}
         except (OSError, ValueError):
@@ -582,8 +641,8 @@ def main(argv=None) -> int:
                                 "details": checker.disagreements}
         return write_tables(name, payload)
 
-    runners = {"table1": table1, "table2": table2, "acasxu": acasxu}
-    for part in ("table1", "table2", "acasxu"):
+    runners = {"table1": table1, "table2": table2, "acasxu": acasxu, "defaults": defaults}
+    for part in parts:
         if part in only:
             sections[part] = {}
             runners[part](args, checker, save, sections[part])
@@ -610,6 +669,10 @@ def render(name: str) -> int:
         for record in pair["rows"].values():
             record["summary"] = summarise(record)
         _acas_ratios(pair)
+    for rows in sections.get("defaults", {}).get("streams", {}).values():
+        for record in rows:
+            record["summary"] = summarise(record)
+        speedups(rows)
     print(write_tables(name, payload))
     return 0
 
@@ -661,6 +724,8 @@ def _all_records(sections: dict):
     table = sections.get("acasxu") or {}
     for pair in table.get("pairs", []):
         yield from pair["rows"].values()
+    for rows in (sections.get("defaults") or {}).get("streams", {}).values():
+        yield from rows
 
 
 if __name__ == "__main__":

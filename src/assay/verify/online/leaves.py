@@ -10,7 +10,7 @@ step marks what an earlier step left behind for another network (an early stop, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -67,6 +67,8 @@ class Leaves:
         inn: (N,) bool: the verdict holds for every network inside the current INN intervals.
         network_version: (N,) int64: the network version ``verified``, ``row_upper`` and
             ``bounds`` were proved for.
+        grow_failed: (N,) bool: RSR's grown box of this leaf failed to verify since the drift
+            last changed direction (RSR does not grow it again until then); None: none failed.
     """
 
     cell_lower: torch.Tensor
@@ -78,25 +80,30 @@ class Leaves:
     bounds: IntermediateBounds | None
     inn: torch.Tensor
     network_version: torch.Tensor
+    grow_failed: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.verified.shape[0]
+
+    @property
+    def failed_growing(self) -> torch.Tensor:
+        """(N,) bool: ``grow_failed`` with None read as all False."""
+        return torch.zeros(len(self), dtype=torch.bool) if self.grow_failed is None else self.grow_failed
 
     def select(self, which) -> Leaves:
         return Leaves(self.cell_lower[which], self.cell_upper[which], self.checked_lower[which],
                       self.checked_upper[which], self.verified[which], self.row_upper[which],
                       None if self.bounds is None else self.bounds.select(which), self.inn[which],
-                      self.network_version[which])
+                      self.network_version[which], None if self.grow_failed is None else self.grow_failed[which])
 
-    def with_flags(self, *, verified=None, inn=None) -> Leaves:
-        return Leaves(self.cell_lower, self.cell_upper, self.checked_lower, self.checked_upper,
-                      self.verified if verified is None else verified, self.row_upper, self.bounds,
-                      self.inn if inn is None else inn, self.network_version)
+    def with_flags(self, *, verified=None, inn=None, grow_failed=None) -> Leaves:
+        return replace(self, verified=self.verified if verified is None else verified,
+                       inn=self.inn if inn is None else inn,
+                       grow_failed=self.grow_failed if grow_failed is None else grow_failed)
 
     def stamped(self, version: int) -> Leaves:
         """The same leaves, declared proved for network ``version`` (the caller's argument)."""
-        return Leaves(self.cell_lower, self.cell_upper, self.checked_lower, self.checked_upper, self.verified,
-                      self.row_upper, self.bounds, self.inn, versions_like(len(self), version))
+        return replace(self, network_version=versions_like(len(self), version))
 
     def expired(self, version: int) -> Leaves:
         """The leaves proved for another network than ``version`` lose their verdicts, row bounds
@@ -106,8 +113,8 @@ class Leaves:
             return self
         row_upper = torch.where(stale.unsqueeze(1), torch.inf, self.row_upper)
         bounds = None if self.bounds is None else _unbounded_rows(self.bounds, stale)
-        return Leaves(self.cell_lower, self.cell_upper, self.checked_lower, self.checked_upper, self.verified & ~stale,
-                      row_upper, bounds, self.inn & ~stale, versions_like(len(self), version))
+        return replace(self, verified=self.verified & ~stale, row_upper=row_upper, bounds=bounds, inn=self.inn & ~stale,
+                       network_version=versions_like(len(self), version))
 
     @staticmethod
     def concat(parts: list[Leaves]) -> Leaves:
@@ -121,16 +128,21 @@ class Leaves:
             bounds = IntermediateBounds(tuple(torch.cat([p.bounds.lower[k] for p in parts]) for k in layers),
                                         tuple(torch.cat([p.bounds.upper[k] for p in parts]) for k in layers))
         cat = lambda name: torch.cat([getattr(p, name) for p in parts])  # noqa: E731
+        grow_failed = None
+        if any(p.grow_failed is not None for p in parts):
+            grow_failed = torch.cat([p.failed_growing for p in parts])
         return Leaves(cat("cell_lower"), cat("cell_upper"), cat("checked_lower"), cat("checked_upper"), cat("verified"),
-                      cat("row_upper"), bounds, cat("inn"), cat("network_version"))
+                      cat("row_upper"), bounds, cat("inn"), cat("network_version"), grow_failed)
 
     @staticmethod
-    def from_branches(branches: Branches, verified: bool, cell_lower, cell_upper, rows: int, version: int) -> Leaves:
-        """Leaves for branches of an input-splitting search bounded for network ``version``, with their cells."""
+    def from_branches(branches: Branches, verified: bool, cell_lower, cell_upper, rows: int, version: int,
+                      grow_failed: torch.Tensor | None = None) -> Leaves:
+        """Leaves for branches of an input-splitting search bounded for network ``version``, with
+        their cells (and ``grow_failed`` inherited from the leaves they were split from)."""
         count = len(branches)
         row_upper = branches.row_upper
         if row_upper is None:
             row_upper = torch.full((count, rows), torch.inf, dtype=torch.float64)
         return Leaves(cell_lower, cell_upper, branches.lower, branches.upper,
                       torch.full((count,), verified, dtype=torch.bool), row_upper.to(torch.float64),
-                      branches.parents, torch.zeros(count, dtype=torch.bool), versions_like(count, version))
+                      branches.parents, torch.zeros(count, dtype=torch.bool), versions_like(count, version), grow_failed)

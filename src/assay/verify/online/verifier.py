@@ -9,9 +9,11 @@ bounded again that stay open are split further within a leaf budget. The acceler
 
 * ``bmi`` — domain shift: leaves are cells of the split tree; a leaf whose new domain
   (cell ∩ X(t)) lies inside the box it was verified on keeps its verdict.
-* ``rsr`` — a leaf is first bounded on its domain grown by an offset (on the domain's outer
-  faces, in the inputs that vary), so that small shifts stay inside the verified box; a leaf not
-  verified there is searched on its exact domain. The offset starts at ``rsr_offset``; with
+* ``rsr`` — after a domain shift, a leaf is first bounded on its domain grown by an offset (on
+  the domain's outer faces, in the inputs that vary), so that small shifts stay inside the
+  verified box; a leaf not verified there is searched on its exact domain, and (beyond the paper)
+  is not grown again until the drift changes direction: a leaf on the property's boundary would
+  otherwise be bounded twice at every step of a steady drift. The offset starts at ``rsr_offset``; with
   ``rsr_adaptive`` (beyond the paper) it doubles after a step whose grown leaves were all
   verified and halves back towards ``rsr_offset`` after one where some were not, so that a
   steady drift is covered for more and more steps at a time.
@@ -220,6 +222,9 @@ class OnlineVerifier:
         self._lipschitz: tuple[Network, torch.Tensor] | None = None
         self._sensitivities: tuple[Network, tuple[torch.Tensor, ...]] | None = None
         self._rsr_offset = self.options.rsr_offset
+        # The direction of the last domain shift (signs of the moves of the box's lower and upper
+        # ends): RSR grows a leaf whose grown box failed again only once it changes.
+        self._drift: torch.Tensor | None = None
         # The identity of the network the leaves are proved for: bumped whenever the parameters change.
         self._version = 0
         # Networks with many inputs: leaves of ReLU-splitting searches (see relu_tree).
@@ -262,6 +267,11 @@ class OnlineVerifier:
             self._record_change(self.network, new_network)
             self._version += 1
         domain_changed = not (torch.equal(lower, self.lower) and torch.equal(upper, self.upper))
+        if domain_changed:
+            drift = torch.cat([torch.sign(lower - self.lower), torch.sign(upper - self.upper)])
+            if self._leaves is not None and self._drift is not None and not torch.equal(drift, self._drift):
+                self._leaves = self._leaves.with_flags(grow_failed=torch.zeros(len(self._leaves), dtype=torch.bool))
+            self._drift = drift
         self.lower, self.upper, self.network = lower, upper, new_network
         stats = SearchStats()
         query = self._query(new_network, lower, upper)
@@ -380,7 +390,10 @@ class OnlineVerifier:
             budget = len(roots)
         relaxed = roots.select(torch.zeros(len(roots), dtype=torch.bool))
         if "rsr" in acc and options.rsr_offset > 0 and len(roots) and domain_changed:
-            relaxed, roots = self._relaxed_first(query, network, roots, changed, deadline, stats)
+            growable = ~roots.failed_growing
+            relaxed, failed = self._relaxed_first(query, network, roots.select(growable), changed, deadline, stats)
+            failed = failed.with_flags(grow_failed=torch.ones(len(failed), dtype=torch.bool))
+            roots = Leaves.concat([failed, roots.select(~growable)])
             budget -= len(relaxed)
         box_lower, box_upper, _ = leaf_domains(roots.cell_lower, roots.cell_upper, query.lower, query.upper)
         parents, fixed = self._inherited_bounds(network, roots, box_lower, box_upper, changed)
@@ -442,11 +455,12 @@ class OnlineVerifier:
         for chunk, verified in groups:
             if not len(chunk):
                 continue
-            cell_lower, cell_upper, _ = cells_of(chunk.lower, chunk.upper, box_lower, box_upper,
-                                                 roots.cell_lower, roots.cell_upper)
+            cell_lower, cell_upper, root = cells_of(chunk.lower, chunk.upper, box_lower, box_upper,
+                                                    roots.cell_lower, roots.cell_upper)
             if chunk.parents is None:
                 chunk = replace(chunk, parents=_no_bounds(network, len(chunk)))
-            parts.append(Leaves.from_branches(chunk, verified, cell_lower, cell_upper, rows, self._version))
+            parts.append(Leaves.from_branches(chunk, verified, cell_lower, cell_upper, rows, self._version,
+                                              roots.failed_growing[root]))
         return outcome, Leaves.concat(parts)
 
     def _inherited_bounds(self, network, roots: Leaves, box_lower, box_upper, changed):
@@ -525,8 +539,8 @@ class OnlineVerifier:
                 lower[k][inn], upper[k][inn] = fresh.lower[k], fresh.upper[k]
             bounds = IntermediateBounds(tuple(lower), tuple(upper))
         verified = leaves.verified | inn
-        return Leaves(leaves.cell_lower, leaves.cell_upper, checked_lower, checked_upper, verified, row_upper, bounds, inn,
-                      leaves.network_version)
+        return replace(leaves, checked_lower=checked_lower, checked_upper=checked_upper, verified=verified,
+                       row_upper=row_upper, bounds=bounds, inn=inn)
 
     def _finish(self, step, query, outcome, safe, started, stats, *, reused, skipped, recomputed, resplit,
                 rebuilt) -> OnlineStep:
