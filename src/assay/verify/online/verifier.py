@@ -389,8 +389,8 @@ class OnlineVerifier:
         else:
             budget = len(roots)
         relaxed = roots.select(torch.zeros(len(roots), dtype=torch.bool))
-        if "rsr" in acc and options.rsr_offset > 0 and len(roots) and domain_changed:
-            growable = ~roots.failed_growing
+        growable = ~roots.failed_growing
+        if "rsr" in acc and options.rsr_offset > 0 and bool(growable.any()) and domain_changed:
             relaxed, failed = self._relaxed_first(query, network, roots.select(growable), changed, deadline, stats)
             failed = failed.with_flags(grow_failed=torch.ones(len(failed), dtype=torch.bool))
             roots = Leaves.concat([failed, roots.select(~growable)])
