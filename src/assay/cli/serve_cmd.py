@@ -48,7 +48,7 @@ def serve(
     """Serve the monitor over HTTP: post decisions, list violations, and watch them in a browser dashboard."""
     from assay.serve import MonitorSpec
     from assay.serve import serve as run_server
-    from assay.serve.auth import check_bind
+    from assay.serve.auth import check_bind, describe_access
 
     if max_body_bytes < 1024:
         raise OptionError(f"--max-body-bytes must be ≥ 1024; got {max_body_bytes}")
@@ -56,7 +56,8 @@ def serve(
         raise OptionError(f"--sync must be full or normal; got {sync!r}")
     if not 0 < port < 65536:
         raise OptionError(f"--port must be between 1 and 65535; got {port}")
-    token = token or None
+    if token is None and os.environ.get("ASSAY_TOKEN") == "":
+        token = ""  # click reads an empty variable as unset: an empty token must be refused, not ignored
     check_bind(host, token)
     default = None
     if epsilon is not None:
@@ -64,10 +65,10 @@ def serve(
                               image_shape=_image_shape(image_shape))
 
     def ready(service) -> None:
-        shown = f"[{host}]" if ":" in host else host
         names = ", ".join(service.hub.names()) or "none yet (PUT /api/monitors/NAME)"
-        typer.echo(f"assay serve: http://{shown}:{port}/  (monitors: {names}; store {service.hub.store.url}; "
-                   f"rebuilt in {service.hub.restored_seconds:.2f} s; pid {os.getpid()})", err=True)
+        typer.echo(f"assay serve: listening on {describe_access(host, port, token)}\n"
+                   f"  monitors: {names}; store {service.hub.store.url}; rebuilt in {service.hub.restored_seconds:.2f} s; "
+                   f"pid {os.getpid()}", err=True)
 
     run_server(store, host=host, port=port, token=token, default=default, max_body_bytes=max_body_bytes,
                snapshot_every=snapshot_every, synchronous=sync.upper(), on_ready=ready)

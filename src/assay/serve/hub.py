@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import re
 import tempfile
 import threading
@@ -30,8 +31,6 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
-
-import numpy as np
 
 from assay._validate import check_choice, check_float, check_int
 from assay.errors import AssayError, DataError, OptionError
@@ -144,13 +143,13 @@ class MonitorSpec:
             object.__setattr__(self, "features", features)
         if self.image_shape is not None:
             shape = tuple(self.image_shape)
-            if len(shape) not in (2, 3) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in shape) \
-                    or (len(shape) == 3 and shape[2] not in (1, 3)):
-                raise OptionError(f"the `image_shape` of a served monitor must be (height, width) or (height, width, 1 or 3); "
-                                  f"got {self.image_shape!r}")
+            if len(shape) not in (2, 3) or not all(isinstance(s, int) and not isinstance(s, bool) and 1 <= s <= 65536
+                                                     for s in shape) or (len(shape) == 3 and shape[2] not in (1, 3)):
+                raise OptionError(f"the `image_shape` of a served monitor must be (height, width) or (height, width, 1 or 3), "
+                                  f"sides 1 to 65536; got {self.image_shape!r}")
             object.__setattr__(self, "image_shape", shape)
-        if self.features is not None and self.image_shape is not None and len(self.features) != int(np.prod(self.image_shape)):
-            raise OptionError(f"image_shape {self.image_shape} has {int(np.prod(self.image_shape))} pixels but the monitor "
+        if self.features is not None and self.image_shape is not None and len(self.features) != math.prod(self.image_shape):
+            raise OptionError(f"image_shape {self.image_shape} has {math.prod(self.image_shape)} pixels but the monitor "
                               f"has {len(self.features)} features")
         if self.decision_type is not None:
             check_choice(self.decision_type, "decision_type", "a served monitor", DECISION_TYPES)
@@ -289,7 +288,7 @@ class MonitorHub:
                         entry = self._entry(name)
                         parsed = parse_decisions(post.body, entry.spec, entry.monitor.dim)
                         rows = parsed.rows
-                        pixels = None if entry.spec.image_shape is None else int(np.prod(entry.spec.image_shape))
+                        pixels = None if entry.spec.image_shape is None else math.prod(entry.spec.image_shape)
                         if pixels is not None and rows.shape[0] and rows.shape[1] != pixels:
                             raise DataError(f"the inputs have {rows.shape[1]} features but the monitor's images "
                                             f"{tuple(entry.spec.image_shape)} have {pixels} pixels")
