@@ -206,3 +206,37 @@ def test_numbers_beyond_the_documented_range_are_refused(service):
     assert post_raw(client, '{"x": [9007199254740992, 0, 0], "y": 1}').status_code == 200
     assert built.hub.store.decision_count("default") == 1
     assert np.isfinite(built.hub.store.decision("default", 0)[0]).all()
+
+
+# -- safe defaults said aloud -------------------------------------------------------------------
+
+def start_up_line(tmp_path, monkeypatch, token: str | None) -> str:
+    from tests.serve.servers import free_port, serve_process, stop_process
+
+    if token is None:
+        monkeypatch.delenv("ASSAY_TOKEN", raising=False)
+    else:
+        monkeypatch.setenv("ASSAY_TOKEN", token)
+    port = free_port()
+    process = serve_process(f"sqlite:///{tmp_path / f'line-{port}.db'}", port, "--epsilon", "0.1")
+    try:
+        return process.stderr.readline() + process.stderr.readline()
+    finally:
+        stop_process(process)
+
+
+def test_the_start_up_line_says_where_it_listens_and_whether_a_token_is_required(tmp_path, monkeypatch):
+    open_line = start_up_line(tmp_path, monkeypatch, None)
+    assert "listening on http://127.0.0.1:" in open_line and "loopback only; no token required" in open_line
+    guarded = start_up_line(tmp_path, monkeypatch, "a-token-of-24-characters")
+    assert "token required" in guarded and "no token" not in guarded
+    assert "a-token-of-24-characters" not in guarded
+
+
+def test_an_empty_token_is_an_error_not_no_token(tmp_path):
+    for arguments, environment in (([], {"ASSAY_TOKEN": ""}), (["--token", ""], {})):
+        result = CliRunner().invoke(cli, ["serve", "--epsilon", "0.1", "--store", str(tmp_path / "x.db"), *arguments],
+                                    env=environment)
+        assert result.exit_code == 2, result.output
+        assert "token is empty" in result.output
+    assert not (tmp_path / "x.db").exists()

@@ -102,6 +102,10 @@ _REFUSALS = {status: {"model": ErrorBody, "description": text} for status, text 
     (422, "A field breaks a rule: the message names it"), (503, "The store failed; nothing was kept"))}
 
 
+# A decision in the OpenAPI schema: one of these types, the same for every decision of a monitor.
+_DECISION = {"type": ["string", "number", "boolean"]}
+
+
 def _refusals(*statuses: int) -> dict:
     return {status: _REFUSALS[status] for status in (*statuses, 401, 422)}
 
@@ -285,7 +289,8 @@ def create_app(hub: MonitorHub, *, token: str | None = None, max_body_bytes: int
         return {"monitors": [describe(name) for name in hub.names()]}
 
     @app.put("/api/monitors/{name}", tags=["monitors"], summary="Create a monitor", status_code=201,
-             responses=_refusals(400, 409, 413, 415),
+             responses={200: {"description": "The monitor exists with the same options: nothing changed"},
+                        **_refusals(400, 409, 413, 415)},
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
                  "type": "object", "required": ["epsilon"], "properties": {
                      "epsilon": {"type": "number", "minimum": 0}, "metric": {"enum": ["linf", "l2", "l1", "cosine"]},
@@ -314,12 +319,13 @@ def create_app(hub: MonitorHub, *, token: str | None = None, max_body_bytes: int
               responses=_refusals(400, 404, 413, 415, 503),
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                   "schema": {"oneOf": [
-                      {"type": "object", "required": ["x", "y"], "properties": {
-                          "x": {"type": "array", "items": {"type": "number"}}, "y": {}}},
-                      {"type": "object", "required": ["decisions"], "properties": {"decisions": {"type": "array"}}},
-                      {"type": "object", "required": ["X", "Y"], "properties": {
-                          "X": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
-                          "Y": {"type": "array"}}}]},
+                      {"type": "object", "required": ["x", "y"], "additionalProperties": False, "properties": {
+                          "x": {"type": "array", "minItems": 1, "items": {"type": "number"}}, "y": _DECISION}},
+                      {"type": "object", "required": ["decisions"], "additionalProperties": False,
+                       "properties": {"decisions": {"type": "array", "items": {"type": "object"}}}},
+                      {"type": "object", "required": ["X", "Y"], "additionalProperties": False, "properties": {
+                          "X": {"type": "array", "items": {"type": "array", "minItems": 1, "items": {"type": "number"}}},
+                          "Y": {"type": "array", "items": _DECISION}}}]},
                   "example": {"x": [0.1, 0.5], "y": "deny"}}}}},
               description="Bodies: " + " | ".join(SHAPES) + ". Answered after the decisions are stored. "
                           "`flagged` lists the witnesses of each decision that has any. Features: finite JSON numbers "
