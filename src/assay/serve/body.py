@@ -36,6 +36,12 @@ MAX_DEPTH = 16
 # match and the scan stays linear: a body of escaped quotes cannot make the search quadratic).
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*+(?:"|\\?\Z)', re.DOTALL)
 
+# What each byte does to the depth (+1 opening, −1 closing), and every byte that is not a bracket.
+_STEP = np.zeros(256, dtype=np.int32)
+_STEP[[ord("["), ord("{")]] = 1
+_STEP[[ord("]"), ord("}")]] = -1
+_NOT_BRACKETS = bytes(code for code in range(256) if code not in b"[]{}")
+
 # Integers this long cannot be within float64's range (≈ 1.8e308): never converted.
 _MAX_INTEGER_DIGITS = 309
 
@@ -55,13 +61,11 @@ class InexactInteger(str):
 
 def nesting_depth(raw: bytes) -> int:
     """The deepest nesting of ``[``/``{`` in ``raw`` outside JSON strings (linear time, no parsing)."""
-    blanked = _STRING.sub(b'""', raw)
-    codes = np.frombuffer(blanked, dtype=np.uint8)
-    if codes.size == 0:
+    brackets = _STRING.sub(b'""', raw).translate(None, _NOT_BRACKETS)  # C loops: only the brackets are left
+    if not brackets:
         return 0
-    step = (codes == ord("[")).view(np.int8) + (codes == ord("{")).view(np.int8)
-    step -= (codes == ord("]")).view(np.int8) + (codes == ord("}")).view(np.int8)
-    return int(np.cumsum(step, dtype=np.int64).max(initial=0))
+    depth = _STEP.take(np.frombuffer(brackets, dtype=np.uint8))
+    return int(np.cumsum(depth, out=depth).max(initial=0))
 
 
 def _integer(text: str):
