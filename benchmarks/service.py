@@ -537,7 +537,8 @@ def render(payload: dict) -> None:
     poison, kill_retry = payload.get("poison"), payload.get("kill_retry")
     when = ", ".join(f"{part} {stamp}" for part, stamp in sorted(payload.get("measured_at", {}).items()))
     table = ["# assay serve under loopback load\n\n",
-             f"{CLIENTS} client threads, {DIM} features, ε = {EPSILON} (L∞), {count:,} decisions per run; "
+             f"{CLIENTS} client threads, {DIM} features, ε = {EPSILON} (L∞)"
+             f"{f', {count:,} decisions per throughput run' if runs else ''}; "
              f"{payload['machine']['cpus']} cores shared with other work (load average, 1 min, before → after each run). "
              f"Measured: {when or 'see service.json'}.\n\n"]
     if runs:

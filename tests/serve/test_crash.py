@@ -20,6 +20,16 @@ from tests.serve.servers import free_port, serve_process, stop_process
 EPSILON = 0.1
 
 
+def stored_stream(store: str) -> tuple[np.ndarray, list]:
+    """The inputs and decisions of the default monitor as the store holds them, in id order."""
+    reader = open_store(store)
+    try:
+        chunks = list(reader.iter_decisions("default"))
+    finally:
+        reader.close()
+    return np.vstack([rows for _, rows, _ in chunks]), [label for _, _, outputs in chunks for label in outputs]
+
+
 def test_sigkill_mid_stream_loses_no_acknowledged_decision_and_keeps_the_witnesses(tmp_path):
     store = f"sqlite:///{tmp_path / 'crash.db'}"
     X, Y = stream(21, 600)
@@ -59,13 +69,8 @@ def test_sigkill_mid_stream_loses_no_acknowledged_decision_and_keeps_the_witness
         with Client(url, timeout=30) as client:
             kept = client.stats().decisions
             assert kept >= acked  # a batch stored but not yet answered may be there too
-            reader = open_store(store)
-            rows, labels = [], []
-            for _, chunk, outputs in reader.iter_decisions("default"):
-                rows.append(chunk)
-                labels.extend(outputs)
-            reader.close()
-            assert np.array_equal(np.vstack(rows), X[:kept]) and labels == Y[:kept]
+            rows, labels = stored_stream(store)
+            assert np.array_equal(rows, X[:kept]) and labels == Y[:kept]
             for start in range(kept, 600, 50):  # the client resumes where the store ends
                 client.post_batch(X[start:start + 50], Y[start:start + 50])
             stored = list(client.iter_violations(page=200))
@@ -137,10 +142,5 @@ def test_sigkill_between_commit_and_answer_then_a_retry_stores_nothing_twice(tmp
         if process.poll() is None:
             process.send_signal(signal.SIGCONT)
         stop_process(process)
-    reader = open_store(store)
-    rows, labels = [], []
-    for _, chunk, outputs in reader.iter_decisions("default"):
-        rows.append(chunk)
-        labels.extend(outputs)
-    reader.close()
-    assert np.array_equal(np.vstack(rows), X) and labels == Y  # 0 lost, 0 duplicated, in order
+    rows, labels = stored_stream(store)
+    assert np.array_equal(rows, X) and labels == Y  # 0 lost, 0 duplicated, in order

@@ -53,7 +53,14 @@ from pydantic import BaseModel
 
 from assay.errors import AssayError, DataError, OptionError
 from assay.serve.auth import COOKIE, presented_token, token_matches
-from assay.serve.body import MalformedBodyError, decode_json
+from assay.serve.body import (
+    IDEMPOTENCY_KEY,
+    MalformedBodyError,
+    UnsupportedMediaError,
+    check_content_headers,
+    check_idempotency_key,
+    decode_json,
+)
 from assay.serve.dashboard import render_index, render_login, render_monitor
 from assay.serve.hub import (
     Accepted,
@@ -67,15 +74,13 @@ from assay.serve.hub import (
 from assay.serve.payload import SHAPES
 from assay.serve.storage import StoreError
 
-__all__ = ["create_app", "DEFAULT_MAX_BODY_BYTES", "MAX_ID", "IDEMPOTENCY_KEY"]
+__all__ = ["create_app", "DEFAULT_MAX_BODY_BYTES", "MAX_ID"]
 
 _log = logging.getLogger("assay.serve")
 
 #: Largest decision id the store holds (a signed 64-bit integer); ids are ≥ 0.
 MAX_ID = 2**63 - 1
 
-#: The header that makes a post exactly-once.
-IDEMPOTENCY_KEY = "Idempotency-Key"
 
 #: Largest request body accepted (bytes): about 20,000 decisions of 10 features.
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -86,7 +91,7 @@ _MAX_GROUP = 1024
 _ASSETS = {"dashboard.css": "text/css; charset=utf-8", "dashboard.js": "text/javascript; charset=utf-8"}
 
 _STATUS = ((UnknownMonitorError, 404), (MonitorExistsError, 409), (StoreError, 503), (MalformedBodyError, 400),
-           (DataError, 422), (OptionError, 422), (IdempotencyKeyReusedError, 422))
+           (UnsupportedMediaError, 415), (DataError, 422), (OptionError, 422), (IdempotencyKeyReusedError, 422))
 
 
 class ErrorBody(BaseModel):
@@ -119,33 +124,6 @@ def _validation_message(exc: RequestValidationError) -> str:
         shown = f" (got {str(got)[:40]!r})" if isinstance(got, (str, int, float)) else ""
         parts.append(f"{where}: {error.get('msg', 'is not valid')}{shown}")
     return "; ".join(parts)
-
-
-def _idempotency_key(request: Request) -> str | None:
-    key = request.headers.get(IDEMPOTENCY_KEY)
-    if key is None:
-        return None
-    if not 1 <= len(key) <= 255 or not all(33 <= ord(c) <= 126 for c in key):
-        raise MalformedBodyError(f"the {IDEMPOTENCY_KEY} header must be 1–255 visible ASCII characters (e.g. a UUID); "
-                                 f"got {key[:40]!r}{'…' if len(key) > 40 else ''} ({len(key)} characters)")
-    return key
-
-
-def _check_content_headers(request: Request) -> None:
-    """Bodies are plain JSON: a declared Content-Type must be JSON in UTF-8, and nothing may be compressed."""
-    kind = request.headers.get("content-type")
-    if kind is not None:
-        media, _, parameters = kind.partition(";")
-        media = media.strip().lower()
-        if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
-            raise HTTPException(415, f"Content-Type {kind[:60]!r} is not JSON; post JSON with Content-Type: application/json")
-        charset = next((value.strip().strip('"').lower() for name, _, value in
-                        (part.partition("=") for part in parameters.split(";")) if name.strip().lower() == "charset"), None)
-        if charset not in (None, "utf-8", "utf8"):
-            raise HTTPException(415, f"Content-Type charset {charset!r} is not UTF-8; JSON bodies must be UTF-8")
-    encoding = request.headers.get("content-encoding")
-    if encoding is not None and encoding.strip().lower() != "identity":
-        raise HTTPException(415, f"Content-Encoding {encoding[:40]!r} is not accepted; send the JSON uncompressed")
 
 
 def _status_of(error: AssayError) -> int:
@@ -256,7 +234,7 @@ def create_app(hub: MonitorHub, *, token: str | None = None, max_body_bytes: int
 
     async def read_json(request: Request) -> tuple[bytes, object]:
         """``(raw bytes, JSON value)`` of the body: headers, size, depth and encoding checked first."""
-        _check_content_headers(request)
+        check_content_headers(request.headers.get("content-type"), request.headers.get("content-encoding"))
         length = request.headers.get("content-length")
         if length is not None:
             try:
@@ -333,7 +311,7 @@ def create_app(hub: MonitorHub, *, token: str | None = None, max_body_bytes: int
                           f"type per monitor. Send an `{IDEMPOTENCY_KEY}` header to make a retried post count once.")
     async def post_decisions(name: str, request: Request) -> Response:
         hub.spec(name)  # 404 before reading the body
-        key = _idempotency_key(request)
+        key = check_idempotency_key(request.headers.get(IDEMPOTENCY_KEY))
         raw, body = await read_json(request)
         fingerprint = None if key is None else "sha256:" + hashlib.sha256(raw).hexdigest()
         result = await writer.submit(Post(name, body, key, fingerprint))

@@ -1,5 +1,8 @@
 """Request bodies read strictly at the edge of the service: bounded before they are parsed, exact once parsed.
 
+:func:`check_content_headers` and :func:`check_idempotency_key` check the headers that say how
+to read a body and whether it was sent before (400/415 when malformed).
+
 :func:`decode_json` turns the raw bytes of a request body into a JSON value, refusing
 (:class:`MalformedBodyError`, answered 400) anything a careless or hostile client could use to
 make the server work hard or guess:
@@ -26,7 +29,8 @@ import numpy as np
 
 from assay.errors import DataError
 
-__all__ = ["decode_json", "nesting_depth", "InexactInteger", "MalformedBodyError", "MAX_DEPTH"]
+__all__ = ["decode_json", "nesting_depth", "check_content_headers", "check_idempotency_key", "InexactInteger",
+           "MalformedBodyError", "UnsupportedMediaError", "MAX_DEPTH", "IDEMPOTENCY_KEY"]
 
 #: Deepest nesting of arrays and objects accepted in a body. The deepest shape the API takes,
 #: ``{"decisions": [{"x": [...]}]}``, has 3 levels; the margin leaves room for future shapes.
@@ -48,6 +52,42 @@ _MAX_INTEGER_DIGITS = 309
 
 class MalformedBodyError(DataError):
     """The body is not JSON this service reads (not UTF-8, too deep, duplicate keys, ...): HTTP 400."""
+
+
+class UnsupportedMediaError(DataError):
+    """The body is declared as something other than plain UTF-8 JSON (another type, a charset, compressed): HTTP 415."""
+
+
+#: The header that makes a post exactly-once (its value: 1–255 visible ASCII characters).
+IDEMPOTENCY_KEY = "Idempotency-Key"
+
+
+def check_idempotency_key(key: str | None) -> str | None:
+    """``key`` (an ``Idempotency-Key`` header's value, or None) if well formed; else :class:`MalformedBodyError`."""
+    if key is not None and (not 1 <= len(key) <= 255 or not all(33 <= ord(c) <= 126 for c in key)):
+        raise MalformedBodyError(f"the {IDEMPOTENCY_KEY} header must be 1–255 visible ASCII characters (e.g. a UUID); "
+                                 f"got {key[:40]!r}{'…' if len(key) > 40 else ''} ({len(key)} characters)")
+    return key
+
+
+def check_content_headers(content_type: str | None, content_encoding: str | None) -> None:
+    """Bodies are plain JSON: a declared Content-Type must be JSON in UTF-8, and nothing may be compressed.
+
+    No Content-Type at all is read as JSON (so that ``curl --data-binary`` works with the header
+    forgotten); a form or text body is refused rather than guessed at.
+    """
+    if content_type is not None:
+        media, _, parameters = content_type.partition(";")
+        media = media.strip().lower()
+        if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+            raise UnsupportedMediaError(f"Content-Type {content_type[:60]!r} is not JSON; post JSON with "
+                                        "Content-Type: application/json")
+        charset = next((value.strip().strip('"').lower() for name, _, value in
+                        (part.partition("=") for part in parameters.split(";")) if name.strip().lower() == "charset"), None)
+        if charset not in (None, "utf-8", "utf8"):
+            raise UnsupportedMediaError(f"Content-Type charset {charset!r} is not UTF-8; JSON bodies must be UTF-8")
+    if content_encoding is not None and content_encoding.strip().lower() != "identity":
+        raise UnsupportedMediaError(f"Content-Encoding {content_encoding[:40]!r} is not accepted; send the JSON uncompressed")
 
 
 class InexactInteger(str):
