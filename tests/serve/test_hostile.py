@@ -110,7 +110,7 @@ def test_a_100000_deep_body_is_refused_before_it_is_parsed(service):
                  '{"a": ' * 50_000 + "1" + "}" * 50_000):
         answer = post_raw(client, body)
         assert answer.status_code == 400, answer.text
-        assert "nest" in answer.json()["detail"] and "16" in answer.json()["detail"]
+        assert "levels deep; at most 16 are accepted" in answer.json()["detail"]  # measured by the scan, not the parser
     assert built.hub.store.decision_count("default") == 0
     # Brackets inside strings are text, not nesting.
     assert post_raw(client, '{"x": [0, 0, 0], "y": "' + "[" * 100 + '"}').status_code == 200
