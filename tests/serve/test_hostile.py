@@ -240,3 +240,13 @@ def test_an_empty_token_is_an_error_not_no_token(tmp_path):
         assert result.exit_code == 2, result.output
         assert "token is empty" in result.output
     assert not (tmp_path / "x.db").exists()
+
+
+def test_the_depth_scan_reads_strings_as_the_parser_does():
+    from assay.serve.body import nesting_depth
+
+    assert nesting_depth(rb'["a\"[[", [1], {"b": [[2]]}]') == 4
+    assert nesting_depth(rb'["\\", [[1]]]') == 3              # an escaped backslash ends before the quote
+    assert nesting_depth(b"") == nesting_depth(b"1") == 0
+    assert nesting_depth(b'"' + b'\\"' * 100_000 + b"[[[") == 0  # an unterminated string runs to the end (and stays linear)
+    assert nesting_depth(b"[]" * 1000) == 1

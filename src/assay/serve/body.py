@@ -16,7 +16,7 @@ make the server work hard or guess:
 Numbers are parsed exactly: an integer literal that a float64 cannot hold exactly (more than
 2^53 in size and not a multiple of a high enough power of two, e.g. ``10**400``) is not
 converted but kept as an :class:`InexactInteger`, so that the payload check can name the field
-that holds it (``x[0]``) — the conversion of a huge literal is never attempted. ``NaN`` and
+that holds it (``x[0]``); a literal of more than 309 digits is not even converted. ``NaN`` and
 ``Infinity`` are parsed as floats and refused later with their field's name.
 """
 
