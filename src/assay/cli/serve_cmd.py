@@ -39,6 +39,7 @@ def serve(
     token: str = typer.Option(None, "--token", envvar="ASSAY_TOKEN", help="Require this token (≥ 16 characters): `Authorization: Bearer TOKEN`; the dashboard asks for it once. Also read from ASSAY_TOKEN."),
     name: str = typer.Option("default", "--name", help="Name of the monitor --epsilon creates (its API path is /api/monitors/NAME)."),
     decision_column: str = typer.Option("prediction", "--decision-column", help="Key holding the decision in posted records."),
+    decision_type: str = typer.Option(None, "--decision-type", help="Decisions of the --name monitor: string, number or boolean (default: the type of its first decision)."),
     index: str = typer.Option("auto", "--index", help="Index backend of the --name monitor: auto, grid, brute, kdtree, snn, bdd, partition or faiss."),
     image_shape: str = typer.Option(None, "--image-shape", help="Inputs are images of this shape (e.g. 28,28): the dashboard draws them."),
     max_body_bytes: int = typer.Option(4 * 1024 * 1024, "--max-body-bytes", help="Refuse request bodies larger than this (413)."),
@@ -62,7 +63,7 @@ def serve(
     default = None
     if epsilon is not None:
         default = MonitorSpec(name, epsilon, metric, decision_column=decision_column, index=index,
-                              image_shape=_image_shape(image_shape))
+                              image_shape=_image_shape(image_shape), decision_type=decision_type)
 
     def ready(service) -> None:
         names = ", ".join(service.hub.names()) or "none yet (PUT /api/monitors/NAME)"
