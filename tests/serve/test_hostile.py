@@ -250,3 +250,8 @@ def test_the_depth_scan_reads_strings_as_the_parser_does():
     assert nesting_depth(b"") == nesting_depth(b"1") == 0
     assert nesting_depth(b'"' + b'\\"' * 100_000 + b"[[[") == 0  # an unterminated string runs to the end (and stays linear)
     assert nesting_depth(b"[]" * 1000) == 1
+
+
+def test_serve_checks_the_declared_decision_type(tmp_path):
+    result = CliRunner().invoke(cli, ["serve", "--epsilon", "0.1", "--decision-type", "float", "--store", str(tmp_path / "t.db")])
+    assert result.exit_code == 2 and "`decision_type`" in result.output and "'string', 'number', 'boolean'" in result.output
