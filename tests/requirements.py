@@ -25,6 +25,7 @@ INSTALL = {
     "distributed": "distributed",
     "psycopg": "psycopg[binary]",
     "selenium": "selenium",
+    "schemathesis": "schemathesis",
 }
 
 

@@ -92,8 +92,8 @@ def test_the_python_client_posts_reads_and_reports_refusals(server):
             client.post([1.0, 2.0, 3.0], "no")
         assert refused.value.status == 422
         assert client.stats().decisions == 2
-    with pytest.raises(ServiceError, match="cannot reach"):
-        Client(f"http://127.0.0.1:{free_port()}", timeout=2).stats()
+    with pytest.raises(ServiceError, match="cannot reach .* \\(2 tries\\)"):
+        Client(f"http://127.0.0.1:{free_port()}", timeout=2, retries=1, retry_wait=0.01).stats()  # tried twice
 
 
 def test_assay_monitor_post_streams_a_file_into_the_server(server, tmp_path):
@@ -102,13 +102,13 @@ def test_assay_monitor_post_streams_a_file_into_the_server(server, tmp_path):
     lines = ["a,b,c,prediction,truth"] + [f"{x[0]},{x[1]},{x[2]},{y},0" for x, y in zip(X, Y)]
     path.write_text("\n".join(lines) + "\n")
     Client(server.url, "posted").create_monitor(epsilon=EPSILON)
-    result = CliRunner().invoke(cli, ["monitor", str(path), "--epsilon", "9", "--post", server.url, "--post-monitor", "posted",
+    result = CliRunner().invoke(cli, ["monitor", str(path), "--post", server.url, "--post-monitor", "posted",
                                       "--drop", "truth", "--batch-size", "16"])
     assert result.exit_code == 0, result.output
-    reference = Monitor(EPSILON).observe_batch(X, Y)  # the server's ε applies, not --epsilon
+    reference = Monitor(EPSILON).observe_batch(X, Y)  # the server's ε applies (no --epsilon asked for)
     flagged = sum(w.flagged for w in reference)
     assert "posted          50 decisions" in result.output and f"flagged         {flagged}" in result.output
     with Client(server.url, "posted") as client:
         assert client.stats().flagged == flagged
-    missing = CliRunner().invoke(cli, ["monitor", str(path), "--epsilon", "9", "--post", server.url, "--post-monitor", "nobody"])
+    missing = CliRunner().invoke(cli, ["monitor", str(path), "--post", server.url, "--post-monitor", "nobody"])
     assert missing.exit_code == 2 and "no monitor named 'nobody'" in missing.output

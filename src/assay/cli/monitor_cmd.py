@@ -30,27 +30,35 @@ _REPORT_TOP_FLAGGED = 25
 
 def monitor(
     stream: str = typer.Argument(..., help="Decision stream: CSV, Parquet (.parquet) or JSON lines (.jsonl); '-' reads CSV from stdin."),
-    epsilon: float = typer.Option(..., "--epsilon", "-e", help="Inputs within this distance (≤ ε) are close."),
-    metric: str = typer.Option("linf", "--metric", help="Input distance: linf, l2, l1 or cosine."),
+    epsilon: float = typer.Option(None, "--epsilon", "-e", help="Inputs within this distance (≤ ε) are close. Required, except with --post (the server's monitor has its own)."),
+    metric: str = typer.Option(None, "--metric", help="Input distance: linf (default), l2, l1 or cosine."),
     decision_column: str = typer.Option("prediction", "--decision-column", help="Column holding the model's decision."),
     drop: str = typer.Option("", "--drop", help="Comma-separated columns that are not input features (e.g. label)."),
     out: Path = typer.Option(None, "--out", help="Write one JSON line per flagged decision (its witnesses) here."),
     json_output: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    index: str = typer.Option("auto", "--index", help="Index backend: auto, grid, brute, kdtree, snn, bdd, partition or faiss."),
+    index: str = typer.Option(None, "--index", help="Index backend: auto (default), grid, brute, kdtree, snn, bdd, partition or faiss."),
     max_history: int = typer.Option(None, "--max-history", help="Compare each decision with the last N decisions only."),
     max_witnesses: int = typer.Option(None, "--max-witnesses", help="List at most N witnesses per decision (counts stay exact)."),
     batch_size: int = typer.Option(256, "--batch-size", help="Decisions per batch (latency is amortised over a batch)."),
     checkpoint: Path = typer.Option(None, "--checkpoint", help="Save the monitor's state here at the end."),
     report: Path = typer.Option(None, "--report", help="Also write a self-contained HTML summary (latency histogram, top flagged decisions) here."),
-    post: str = typer.Option(None, "--post", help="Stream the decisions into a running `assay serve` at this URL (e.g. http://127.0.0.1:8000) instead of monitoring here; its monitor's ε and metric apply."),
+    post: str = typer.Option(None, "--post", help="Stream the decisions into a running `assay serve` at this URL (e.g. http://127.0.0.1:8000) instead of monitoring here; the server's monitor decides ε and the metric. Each batch is sent with an idempotency key and re-sent on connection errors, so it counts once."),
     post_monitor: str = typer.Option("default", "--post-monitor", help="With --post: the server's monitor to post to."),
     token: str = typer.Option(None, "--token", envvar="ASSAY_TOKEN", help="With --post: the server's token (also read from ASSAY_TOKEN)."),
 ) -> None:
     """Monitor a stream of decisions for pairs of close inputs with different decisions."""
     if post is not None:
-        _post(stream, post, post_monitor, token, decision_column, drop, batch_size, json_output)
+        local = {"--epsilon": epsilon, "--metric": metric, "--index": index, "--max-history": max_history,
+                 "--max-witnesses": max_witnesses, "--out": out, "--checkpoint": checkpoint, "--report": report}
+        _post(stream, post, post_monitor, token, decision_column, drop, batch_size, json_output,
+              [option for option, value in local.items() if value is not None])
         return
     try:
+        if epsilon is None:
+            raise UnsupportedError("--epsilon is required: the radius ε within which inputs are close (e.g. --epsilon 0.05); "
+                                   "with --post URL the server's monitor decides it instead")
+        metric = metric or "linf"
+        index = index or "auto"
         if batch_size < 1:
             raise UnsupportedError(f"--batch-size must be ≥ 1; got {batch_size}")
         dropped = tuple(column.strip() for column in drop.split(",") if column.strip())
@@ -99,9 +107,18 @@ def monitor(
     typer.echo("\n".join(lines))
 
 
-def _post(stream, url, monitor_name, token, decision_column, drop, batch_size, json_output) -> None:
-    """``--post``: stream the file into a running server (assay.serve.post_stream) and print what it answered."""
+def _post(stream, url, monitor_name, token, decision_column, drop, batch_size, json_output, local_options) -> None:
+    """``--post``: stream the file into a running server (assay.serve.post_stream) and print what it answered.
+
+    Options of a local monitor (``local_options``: ε, metric, index, outputs) have no effect on the
+    server's monitor; given with ``--post`` they are refused rather than silently ignored.
+    """
     try:
+        if local_options:
+            raise UnsupportedError(f"{', '.join(local_options)} cannot be used with --post: the server's monitor "
+                                   f"{monitor_name!r} has its own ε, metric and index, and keeps the witnesses (read them from "
+                                   f"{url.rstrip('/')}/api/monitors/{monitor_name}/violations); leave "
+                                   f"{'it' if len(local_options) == 1 else 'them'} out")
         if batch_size < 1:
             raise UnsupportedError(f"--batch-size must be ≥ 1; got {batch_size}")
         from assay.serve import post_stream

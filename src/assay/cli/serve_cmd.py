@@ -39,6 +39,7 @@ def serve(
     token: str = typer.Option(None, "--token", envvar="ASSAY_TOKEN", help="Require this token (≥ 16 characters): `Authorization: Bearer TOKEN`; the dashboard asks for it once. Also read from ASSAY_TOKEN."),
     name: str = typer.Option("default", "--name", help="Name of the monitor --epsilon creates (its API path is /api/monitors/NAME)."),
     decision_column: str = typer.Option("prediction", "--decision-column", help="Key holding the decision in posted records."),
+    decision_type: str = typer.Option(None, "--decision-type", help="Decisions of the --name monitor: string, number or boolean (default: the type of its first decision)."),
     index: str = typer.Option("auto", "--index", help="Index backend of the --name monitor: auto, grid, brute, kdtree, snn, bdd, partition or faiss."),
     image_shape: str = typer.Option(None, "--image-shape", help="Inputs are images of this shape (e.g. 28,28): the dashboard draws them."),
     max_body_bytes: int = typer.Option(4 * 1024 * 1024, "--max-body-bytes", help="Refuse request bodies larger than this (413)."),
@@ -48,7 +49,7 @@ def serve(
     """Serve the monitor over HTTP: post decisions, list violations, and watch them in a browser dashboard."""
     from assay.serve import MonitorSpec
     from assay.serve import serve as run_server
-    from assay.serve.auth import check_bind
+    from assay.serve.auth import check_bind, describe_access
 
     if max_body_bytes < 1024:
         raise OptionError(f"--max-body-bytes must be ≥ 1024; got {max_body_bytes}")
@@ -56,18 +57,19 @@ def serve(
         raise OptionError(f"--sync must be full or normal; got {sync!r}")
     if not 0 < port < 65536:
         raise OptionError(f"--port must be between 1 and 65535; got {port}")
-    token = token or None
+    if token is None and os.environ.get("ASSAY_TOKEN") == "":
+        token = ""  # click reads an empty variable as unset: an empty token must be refused, not ignored
     check_bind(host, token)
     default = None
     if epsilon is not None:
         default = MonitorSpec(name, epsilon, metric, decision_column=decision_column, index=index,
-                              image_shape=_image_shape(image_shape))
+                              image_shape=_image_shape(image_shape), decision_type=decision_type)
 
     def ready(service) -> None:
-        shown = f"[{host}]" if ":" in host else host
         names = ", ".join(service.hub.names()) or "none yet (PUT /api/monitors/NAME)"
-        typer.echo(f"assay serve: http://{shown}:{port}/  (monitors: {names}; store {service.hub.store.url}; "
-                   f"rebuilt in {service.hub.restored_seconds:.2f} s; pid {os.getpid()})", err=True)
+        typer.echo(f"assay serve: listening on {describe_access(host, port, token)}\n"
+                   f"  monitors: {names}; store {service.hub.store.url}; rebuilt in {service.hub.restored_seconds:.2f} s; "
+                   f"pid {os.getpid()}", err=True)
 
     run_server(store, host=host, port=port, token=token, default=default, max_body_bytes=max_body_bytes,
                snapshot_every=snapshot_every, synchronous=sync.upper(), on_ready=ready)

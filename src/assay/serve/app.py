@@ -18,9 +18,21 @@ Acknowledgement: a post is answered 200 only after its decisions and witnesses a
 in the queue as one group — one pass through the monitors, one commit — so concurrent clients
 share the cost of a disk sync (group commit) and the order of the queue is the order of ids.
 
-Refusals leave the stored state untouched: 400 (not JSON), 401 (token), 404 (unknown monitor
-or page), 409 (a monitor exists with other options), 413 (body over ``max_body_bytes``), 422
-(wrong shape, NaN, wrong width), 503 (the store failed; nothing of the group was kept).
+Input is strict and bounded at the edge (:mod:`assay.serve.body`, :mod:`assay.serve.payload`):
+the body's size is checked before it is read and its nesting depth before it is parsed; features
+are finite numbers within ±1e100 (integers that a float64 holds exactly), decisions are of one
+type per monitor, ids lie in the store's integer range (0 … 2^63 − 1). Every refusal is
+``{"detail": "..."}`` naming the field and the rule, and leaves the stored state untouched:
+400 (not UTF-8 JSON, too deep, a duplicate key, a bad header), 401 (token), 404 (unknown monitor
+or decision), 409 (a monitor exists with other options), 413 (body over ``max_body_bytes``), 415
+(not JSON, or compressed), 422 (wrong shape or type, a number out of range, wrong width, an
+idempotency key reused for another body), 503 (the store failed; nothing of the group was kept,
+and the answer names no file of the server). A post refused never costs another client's post.
+
+Exactly-once posts: a post may carry an ``Idempotency-Key`` header (1–255 visible ASCII
+characters, e.g. a UUID); the key, a digest of the body and the answer are committed with the
+decisions, so the same post sent again — a retry after a lost answer, a restart, a ``kill -9`` —
+gets the first answer again (with ``Idempotent-Replayed: true``) and stores nothing.
 No endpoint reads files: the dashboard's assets are a fixed list of package resources.
 """
 
@@ -28,21 +40,47 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
+import logging
 from importlib import resources
 from urllib.parse import parse_qs
 
-from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi import FastAPI, HTTPException, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from pydantic import BaseModel
 
 from assay.errors import AssayError, DataError, OptionError
 from assay.serve.auth import COOKIE, presented_token, token_matches
+from assay.serve.body import (
+    IDEMPOTENCY_KEY,
+    MalformedBodyError,
+    UnsupportedMediaError,
+    check_content_headers,
+    check_idempotency_key,
+    decode_json,
+)
 from assay.serve.dashboard import render_index, render_login, render_monitor
-from assay.serve.hub import MonitorExistsError, MonitorHub, MonitorSpec, UnknownMonitorError
+from assay.serve.hub import (
+    Accepted,
+    IdempotencyKeyReusedError,
+    MonitorExistsError,
+    MonitorHub,
+    MonitorSpec,
+    Post,
+    UnknownMonitorError,
+)
 from assay.serve.payload import SHAPES
 from assay.serve.storage import StoreError
 
-__all__ = ["create_app", "DEFAULT_MAX_BODY_BYTES"]
+__all__ = ["create_app", "DEFAULT_MAX_BODY_BYTES", "MAX_ID"]
+
+_log = logging.getLogger("assay.serve")
+
+#: Largest decision id the store holds (a signed 64-bit integer); ids are ≥ 0.
+MAX_ID = 2**63 - 1
+
 
 #: Largest request body accepted (bytes): about 20,000 decisions of 10 features.
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -52,7 +90,40 @@ _MAX_GROUP = 1024
 
 _ASSETS = {"dashboard.css": "text/css; charset=utf-8", "dashboard.js": "text/javascript; charset=utf-8"}
 
-_STATUS = ((UnknownMonitorError, 404), (MonitorExistsError, 409), (StoreError, 503), (DataError, 422), (OptionError, 422))
+_STATUS = ((UnknownMonitorError, 404), (MonitorExistsError, 409), (StoreError, 503), (MalformedBodyError, 400),
+           (UnsupportedMediaError, 415), (DataError, 422), (OptionError, 422), (IdempotencyKeyReusedError, 422))
+
+
+class ErrorBody(BaseModel):
+    """Every refusal: what was wrong, naming the field and the rule."""
+
+    detail: str
+
+
+_REFUSALS = {status: {"model": ErrorBody, "description": text} for status, text in (
+    (400, "Not UTF-8 JSON, nested too deeply, a duplicate key, or a malformed header"),
+    (401, "Missing or wrong token"), (404, "No such monitor or decision"), (409, "The monitor exists with other options"),
+    (413, "The body is larger than the server accepts"), (415, "The body is not JSON, or is compressed"),
+    (422, "A field breaks a rule: the message names it"), (503, "The store failed; nothing was kept"))}
+
+
+# A decision in the OpenAPI schema: one of these types, the same for every decision of a monitor.
+_DECISION = {"type": ["string", "number", "boolean"]}
+
+
+def _refusals(*statuses: int) -> dict:
+    return {status: _REFUSALS[status] for status in (*statuses, 401, 422)}
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    """FastAPI's list of validation errors as one line: ``after_id: Input should be ... (got '...')``."""
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error.get("loc", ())[1:]) or "the request"
+        got = error.get("input")
+        shown = f" (got {str(got)[:40]!r})" if isinstance(got, (str, int, float)) else ""
+        parts.append(f"{where}: {error.get('msg', 'is not valid')}{shown}")
+    return "; ".join(parts)
 
 
 def _status_of(error: AssayError) -> int:
@@ -70,9 +141,9 @@ class _Writer:
         self.queue: asyncio.Queue = asyncio.Queue()
         self.task: asyncio.Task | None = None
 
-    async def submit(self, name: str, body):
+    async def submit(self, post: Post):
         future = asyncio.get_running_loop().create_future()
-        await self.queue.put((name, body, future))
+        await self.queue.put((post, future))
         return await future
 
     async def run(self) -> None:
@@ -81,13 +152,13 @@ class _Writer:
             while not self.queue.empty() and len(group) < _MAX_GROUP:
                 group.append(self.queue.get_nowait())
             try:
-                results = await asyncio.to_thread(self.hub.submit, [(name, body) for name, body, _ in group])
+                results = await asyncio.to_thread(self.hub.submit, [post for post, _ in group])
             except Exception as exc:  # a failed commit: every post of the group is refused
-                for _, _, future in group:
+                for _, future in group:
                     if not future.done():
                         future.set_exception(exc)
                 continue
-            for (_, _, future), result in zip(group, results):
+            for (_, future), result in zip(group, results):
                 if not future.done():
                     future.set_result(result)
 
@@ -119,8 +190,7 @@ class _TokenCheck:
         await response(scope, receive, send)
 
 
-def create_app(hub: MonitorHub, *, token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-               store_label: str = "") -> FastAPI:
+def create_app(hub: MonitorHub, *, token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
     """The FastAPI app serving ``hub`` (see the module docstring).
 
     Args:
@@ -128,7 +198,6 @@ def create_app(hub: MonitorHub, *, token: str | None = None, max_body_bytes: int
         token: when set, every endpoint but ``/health`` and the login page needs it
             (``Authorization: Bearer TOKEN``, or the cookie the login form sets).
         max_body_bytes: larger request bodies are refused with 413 before they are read.
-        store_label: how the dashboard names the store (a URL without password).
     """
     writer = _Writer(hub)
 
@@ -152,15 +221,28 @@ def create_app(hub: MonitorHub, *, token: str | None = None, max_body_bytes: int
 
     @app.exception_handler(AssayError)
     async def assay_error(_request: Request, exc: AssayError):
-        return JSONResponse({"detail": str(exc)}, status_code=_status_of(exc))
+        status = _status_of(exc)
+        detail = str(exc)
+        if status == 503:  # the operator's log names the store; the client's answer does not
+            _log.error("%s", detail)
+            detail = hub.store.redact(detail)
+        return JSONResponse({"detail": detail}, status_code=status)
 
-    async def read_json(request: Request):
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_request: Request, exc: RequestValidationError):
+        return JSONResponse({"detail": _validation_message(exc)}, status_code=422)
+
+    async def read_json(request: Request) -> tuple[bytes, object]:
+        """``(raw bytes, JSON value)`` of the body: headers, size, depth and encoding checked first."""
+        check_content_headers(request.headers.get("content-type"), request.headers.get("content-encoding"))
         length = request.headers.get("content-length")
         if length is not None:
             try:
                 declared = int(length)
             except ValueError:
                 raise HTTPException(400, f"Content-Length {length!r} is not a number") from None
+            if declared < 0:
+                raise HTTPException(400, f"Content-Length {length!r} is negative")
             if declared > max_body_bytes:
                 raise HTTPException(413, f"the body has {declared} bytes; this server accepts at most {max_body_bytes} "
                                          "(post smaller batches, or start the server with a larger --max-body-bytes)")
@@ -169,10 +251,8 @@ def create_app(hub: MonitorHub, *, token: str | None = None, max_body_bytes: int
             body += chunk
             if len(body) > max_body_bytes:
                 raise HTTPException(413, f"the body is over {max_body_bytes} bytes; post smaller batches")
-        try:
-            return json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise HTTPException(400, f"the body is not valid JSON: {exc}") from None
+        raw = bytes(body)
+        return raw, decode_json(raw)
 
     def describe(name: str) -> dict:
         return {"options": hub.spec(name).to_json(), "stats": hub.stats(name).to_json()}
@@ -187,15 +267,18 @@ def create_app(hub: MonitorHub, *, token: str | None = None, max_body_bytes: int
         return {"monitors": [describe(name) for name in hub.names()]}
 
     @app.put("/api/monitors/{name}", tags=["monitors"], summary="Create a monitor", status_code=201,
+             responses={200: {"description": "The monitor exists with the same options: nothing changed"},
+                        **_refusals(400, 409, 413, 415)},
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
                  "type": "object", "required": ["epsilon"], "properties": {
                      "epsilon": {"type": "number", "minimum": 0}, "metric": {"enum": ["linf", "l2", "l1", "cosine"]},
                      "decision_column": {"type": "string"}, "index": {"type": "string"},
                      "max_witnesses": {"type": "integer", "minimum": 0},
                      "features": {"type": "array", "items": {"type": "string"}},
-                     "image_shape": {"type": "array", "items": {"type": "integer"}}}}}}}})
+                     "image_shape": {"type": "array", "items": {"type": "integer"}},
+                     "decision_type": {"enum": ["string", "number", "boolean"]}}}}}}})
     async def create_monitor(name: str, request: Request, response: Response) -> dict:
-        options = await read_json(request)
+        _, options = await read_json(request)
         if not isinstance(options, dict):
             raise DataError("the monitor's options must be a JSON object like {\"epsilon\": 0.1, \"metric\": \"linf\"}")
         if options.get("name", name) != name:
@@ -206,39 +289,48 @@ def create_app(hub: MonitorHub, *, token: str | None = None, max_body_bytes: int
             response.status_code = 200
         return describe(name)
 
-    @app.get("/api/monitors/{name}", tags=["monitors"], summary="One monitor's options and counts")
+    @app.get("/api/monitors/{name}", tags=["monitors"], summary="One monitor's options and counts", responses=_refusals(404))
     async def get_monitor(name: str) -> dict:
         return describe(name)
 
     @app.post("/api/monitors/{name}/decisions", tags=["decisions"], summary="Record decisions; get their witnesses",
+              responses=_refusals(400, 404, 413, 415, 503),
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                   "schema": {"oneOf": [
-                      {"type": "object", "required": ["x", "y"], "properties": {
-                          "x": {"type": "array", "items": {"type": "number"}}, "y": {}}},
-                      {"type": "object", "required": ["decisions"], "properties": {"decisions": {"type": "array"}}},
-                      {"type": "object", "required": ["X", "Y"], "properties": {
-                          "X": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
-                          "Y": {"type": "array"}}}]},
+                      {"type": "object", "required": ["x", "y"], "additionalProperties": False, "properties": {
+                          "x": {"type": "array", "minItems": 1, "items": {"type": "number"}}, "y": _DECISION}},
+                      {"type": "object", "required": ["decisions"], "additionalProperties": False,
+                       "properties": {"decisions": {"type": "array", "items": {"type": "object"}}}},
+                      {"type": "object", "required": ["X", "Y"], "additionalProperties": False, "properties": {
+                          "X": {"type": "array", "items": {"type": "array", "minItems": 1, "items": {"type": "number"}}},
+                          "Y": {"type": "array", "items": _DECISION}}}]},
                   "example": {"x": [0.1, 0.5], "y": "deny"}}}}},
               description="Bodies: " + " | ".join(SHAPES) + ". Answered after the decisions are stored. "
-                          "`flagged` lists the witnesses of each decision that has any.")
+                          "`flagged` lists the witnesses of each decision that has any. Features: finite JSON numbers "
+                          "within ±1e100 (integers a float64 holds exactly); decisions: strings, numbers or booleans, one "
+                          f"type per monitor. Send an `{IDEMPOTENCY_KEY}` header to make a retried post count once.")
     async def post_decisions(name: str, request: Request) -> Response:
         hub.spec(name)  # 404 before reading the body
-        body = await read_json(request)
-        result = await writer.submit(name, body)
+        key = check_idempotency_key(request.headers.get(IDEMPOTENCY_KEY))
+        raw, body = await read_json(request)
+        fingerprint = None if key is None else "sha256:" + hashlib.sha256(raw).hexdigest()
+        result = await writer.submit(Post(name, body, key, fingerprint))
         if isinstance(result, AssayError):
             raise result
-        first = result[0].decision if result else hub.stats(name).decisions
+        assert isinstance(result, Accepted)
         # Serialised here, not by FastAPI's encoder (which walks every value: slow for big batches).
-        answer = {"monitor": name, "first_id": first, "accepted": len(result), "flagged": [w.to_json() for w in result if w.flagged]}
-        return Response(json.dumps(answer), media_type="application/json")
+        headers = {"Idempotent-Replayed": "true"} if result.replayed else None
+        return Response(json.dumps(result.to_json()), media_type="application/json", headers=headers)
 
-    @app.get("/api/monitors/{name}/violations", tags=["decisions"], summary="Flagged decisions, paged")
+    @app.get("/api/monitors/{name}/violations", tags=["decisions"], summary="Flagged decisions, paged",
+             responses=_refusals(404, 503))
     async def violations(name: str,
-                         after_id: int | None = Query(None, description="Only decisions with a larger id (paging forward)."),
-                         before_id: int | None = Query(None, description="Only decisions with a smaller id (paging back)."),
-                         since: float | None = Query(None, description="Received at or after this Unix time."),
-                         until: float | None = Query(None, description="Received at or before this Unix time."),
+                         after_id: int | None = Query(None, ge=-1, le=MAX_ID,
+                                                      description="Only decisions with a larger id (paging forward)."),
+                         before_id: int | None = Query(None, ge=0, le=MAX_ID,
+                                                       description="Only decisions with a smaller id (paging back)."),
+                         since: float | None = Query(None, allow_inf_nan=False, description="Received at or after this Unix time."),
+                         until: float | None = Query(None, allow_inf_nan=False, description="Received at or before this Unix time."),
                          limit: int = Query(100, ge=1, le=1000, description="Page size."),
                          order: str = Query("asc", pattern="^(asc|desc)$", description="By decision id.")) -> dict:
         hub.spec(name)
@@ -249,12 +341,14 @@ def create_app(hub: MonitorHub, *, token: str | None = None, max_body_bytes: int
             following = {"after_id" if order == "asc" else "before_id": page[-1]["decision"]}
         return {"monitor": name, "violations": page, "next": following}
 
-    @app.get("/api/monitors/{name}/stats", tags=["decisions"], summary="Counts of the stored decisions")
+    @app.get("/api/monitors/{name}/stats", tags=["decisions"], summary="Counts of the stored decisions",
+             responses=_refusals(404))
     async def stats(name: str) -> dict:
         return {"monitor": name} | hub.stats(name).to_json()
 
-    @app.get("/api/monitors/{name}/decisions/{decision_id}", tags=["decisions"], summary="One stored decision")
-    async def decision(name: str, decision_id: int) -> dict:
+    @app.get("/api/monitors/{name}/decisions/{decision_id}", tags=["decisions"], summary="One stored decision",
+             responses=_refusals(404, 503))
+    async def decision(name: str, decision_id: int = Path(ge=0, le=MAX_ID, description="The decision's id.")) -> dict:
         hub.spec(name)
         found = await asyncio.to_thread(hub.store.decision, name, decision_id)
         if found is None:
@@ -265,12 +359,12 @@ def create_app(hub: MonitorHub, *, token: str | None = None, max_body_bytes: int
     # -- dashboard ------------------------------------------------------------------------
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> HTMLResponse:
-        return HTMLResponse(await asyncio.to_thread(render_index, hub, store_label))
+        return HTMLResponse(await asyncio.to_thread(render_index, hub))
 
     @app.get("/monitors/{name}", response_class=HTMLResponse, include_in_schema=False)
-    async def monitor_page(name: str, before_id: int | None = None) -> HTMLResponse:
+    async def monitor_page(name: str, before_id: int | None = Query(None, ge=0, le=MAX_ID)) -> HTMLResponse:
         hub.spec(name)
-        return HTMLResponse(await asyncio.to_thread(render_monitor, hub, name, store_label, before_id))
+        return HTMLResponse(await asyncio.to_thread(render_monitor, hub, name, before_id))
 
     @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
     async def login_form() -> HTMLResponse:

@@ -15,7 +15,7 @@ import ipaddress
 
 from assay.errors import OptionError
 
-__all__ = ["check_bind", "token_matches", "presented_token", "COOKIE", "is_loopback"]
+__all__ = ["check_bind", "token_matches", "presented_token", "COOKIE", "is_loopback", "describe_access"]
 
 COOKIE = "assay_token"
 
@@ -30,7 +30,14 @@ def is_loopback(host: str) -> bool:
 
 
 def check_bind(host: str, token: str | None) -> None:
-    """Refuse a non-loopback ``host`` without a token; refuse an empty or short token."""
+    """Refuse a non-loopback ``host`` without a token; refuse an empty or short token.
+
+    An empty token is an error, not "no token": ``ASSAY_TOKEN=""`` usually means a secret that
+    failed to load, and a server that then ran open would be the wrong default.
+    """
+    if token is not None and not token.strip():
+        raise OptionError("the token is empty (--token '' or ASSAY_TOKEN=''): set one of at least 16 characters, or unset "
+                          "ASSAY_TOKEN and leave out --token to run without a token on loopback")
     if token is not None and len(token) < 16:
         raise OptionError("the token must have at least 16 characters (e.g. `python -c 'import secrets; "
                           "print(secrets.token_urlsafe(24))'`)")
@@ -53,3 +60,12 @@ def token_matches(presented: str | None, token: str) -> bool:
     if presented is None:
         presented = ""
     return hmac.compare_digest(presented.encode("utf-8"), token.encode("utf-8"))
+
+
+def describe_access(host: str, port: int, token: str | None) -> str:
+    """Where the server listens and who may call it, for its start-up line."""
+    shown = f"[{host}]" if ":" in host else host
+    where = f"http://{shown}:{port}/"
+    reach = "loopback only" if is_loopback(host) else "reachable from the network"
+    guard = "token required (Authorization: Bearer TOKEN)" if token is not None else "no token required"
+    return f"{where} ({reach}; {guard})"

@@ -8,10 +8,19 @@
 
 Every refusal of the server (4xx, 5xx) raises :class:`ServiceError` with the server's explanation
 and the HTTP status; a server that cannot be reached raises it too, saying where it looked.
+
+Exactly once: every post carries a fresh ``Idempotency-Key``. When the connection fails (refused,
+reset, timed out) or the server answers 503 (its store failed and kept nothing), the client waits
+and sends the same bytes with the same key again, up to ``retries`` times; the server answers a
+post it stored already with its first answer, so a decision never counts twice and an answer
+lost on the way is not a decision lost.
 """
 
 from __future__ import annotations
 
+import json
+import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -57,15 +66,22 @@ class Client:
         monitor: the monitor's name (``assay serve --epsilon`` creates ``default``).
         token: the server's token, when it has one.
         timeout: seconds per request.
+        retries: how many times a request is sent again after a connection error or a 503 (posts
+            with the same idempotency key, so they count once); 0: never.
+        retry_wait: seconds before the first retry; doubled after each, up to 8 s.
         transport: an httpx transport (a test seam: ``httpx.ASGITransport`` or a mock).
     """
 
     def __init__(self, url: str = "http://127.0.0.1:8000", monitor: str = "default", *, token: str | None = None,
-                 timeout: float = 30.0, transport=None):
+                 timeout: float = 30.0, retries: int = 6, retry_wait: float = 0.25, transport=None):
         import httpx
 
         self.url = url.rstrip("/")
         self.monitor = monitor
+        self.retries = max(0, int(retries))
+        self.retry_wait = float(retry_wait)
+        #: Requests sent again after a connection error or a 503 (for tests and benchmarks).
+        self.retried = 0
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
 
@@ -79,13 +95,26 @@ class Client:
         self._http.close()
 
     def _request(self, method: str, path: str, **options) -> dict:
+        """Send one request, again after connection errors and 503s (see the module docstring); its JSON answer."""
         import httpx
 
-        try:
-            response = self._http.request(method, path, **options)
-        except httpx.HTTPError as exc:
-            raise ServiceError(f"cannot reach the monitor service at {self.url}{path}: {exc} — is `assay serve` running "
-                               "there?") from exc
+        wait = self.retry_wait
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
+            try:
+                response = self._http.request(method, path, **options)
+            except httpx.TransportError as exc:
+                if last:
+                    raise ServiceError(f"cannot reach the monitor service at {self.url}{path} ({self.retries + 1} tries): "
+                                       f"{exc} — is `assay serve` running there?") from exc
+            except httpx.HTTPError as exc:
+                raise ServiceError(f"the request {method} {self.url}{path} failed: {exc}") from exc
+            else:
+                if response.status_code != 503 or last:
+                    break
+            self.retried += 1
+            time.sleep(wait)
+            wait = min(wait * 2, 8.0)
         if response.status_code >= 400:
             try:
                 detail = response.json().get("detail", response.text)
@@ -125,7 +154,10 @@ class Client:
         return self._post({"decisions": records})
 
     def _post(self, body: dict) -> PostResult:
-        answer = self._request("POST", self._path("/decisions"), json=body)
+        # Encoded once: a retry sends the same bytes under the same key.
+        content = json.dumps(body).encode()
+        headers = {"Idempotency-Key": uuid.uuid4().hex, "Content-Type": "application/json"}
+        answer = self._request("POST", self._path("/decisions"), content=content, headers=headers)
         return PostResult(answer["monitor"], answer["first_id"], answer["accepted"],
                           tuple(_witnesses(record) for record in answer["flagged"]))
 

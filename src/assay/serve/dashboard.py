@@ -4,7 +4,9 @@
 (a few lines of JavaScript poll ``/api/monitors/{name}/stats``), a plot of flagged decisions
 over time (inline SVG, drawn here), and the latest flagged decisions, each beside its nearest
 witness with the features that differ highlighted, or drawn as two images when the monitor has
-an ``image_shape``. Labels and feature names are user data: autoescaping keeps them text.
+an ``image_shape``. Labels and feature names are user data: autoescaping keeps them text. The
+header names the monitor shown, never the store (its path on the server's disk is not the
+viewers' business).
 """
 
 from __future__ import annotations
@@ -40,9 +42,9 @@ def render_login(failed: bool) -> str:
     return _environment.get_template("login.html").render(failed=failed)
 
 
-def render_index(hub: MonitorHub, store_label: str) -> str:
+def render_index(hub: MonitorHub) -> str:
     monitors = [{"spec": hub.spec(name), "stats": hub.stats(name)} for name in hub.names()]
-    return _environment.get_template("index.html").render(monitors=monitors, store=store_label)
+    return _environment.get_template("index.html").render(monitors=monitors)
 
 
 def _pair(hub: MonitorHub, name: str, record: dict, spec) -> dict:
@@ -113,7 +115,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def render_monitor(hub: MonitorHub, name: str, store_label: str, before_id: int | None = None) -> str:
+def render_monitor(hub: MonitorHub, name: str, before_id: int | None = None) -> str:
     spec = hub.spec(name)
     stats = hub.stats(name)
     records = hub.store.violations(name, before_id=before_id, limit=PAGE_SIZE, newest_first=True)
@@ -121,6 +123,6 @@ def render_monitor(hub: MonitorHub, name: str, store_label: str, before_id: int 
     older = records[-1]["decision"] if len(records) == PAGE_SIZE else None
     rate = stats.flagged / stats.decisions if stats.decisions else 0.0
     return _environment.get_template("monitor.html").render(
-        spec=spec, stats=stats, pairs=pairs, plot=_plot(hub, name), store=store_label, older=older,
+        spec=spec, stats=stats, pairs=pairs, plot=_plot(hub, name), heading=name, older=older,
         before_id=before_id, rate=f"{100 * rate:.2f}" if not math.isnan(rate) else "0",
     )

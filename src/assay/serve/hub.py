@@ -6,6 +6,10 @@
   every accepted decision *and* its witnesses in one transaction, and only then returns — the
   service acknowledges after that. A post that is malformed (wrong width, NaN, a missing column)
   gets its :class:`~assay.errors.DataError` and changes nothing; the others in the group go on.
+* A post may carry an idempotency key: its decisions, witnesses, key and answer are committed in
+  one transaction, and a later post with the same key (a retry, even after a restart or a
+  ``kill -9``) is answered with the stored answer and stores nothing (:class:`Accepted` with
+  ``replayed``); the same key with another body is refused (:class:`IdempotencyKeyReusedError`).
 * If the commit fails, the monitors it touched are rebuilt from the store (so memory never holds
   a decision the store lacks) and every post of the group gets the :class:`StoreError`.
 * On start (:meth:`MonitorHub.open`) each monitor is rebuilt from its latest snapshot (a
@@ -16,23 +20,26 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import math
 import re
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-
-import numpy as np
+from typing import NamedTuple
 
 from assay._validate import check_choice, check_float, check_int
 from assay.errors import AssayError, DataError, OptionError
-from assay.monitor import Monitor, MonitorStats, Witnesses
-from assay.serve.payload import parse_decisions
+from assay.monitor import Monitor, MonitorStats
+from assay.serve.payload import DECISION_TYPES, decision_type_of, parse_decisions
 from assay.serve.storage import Store, StoredBatch, StoreError
 
-__all__ = ["MonitorSpec", "MonitorHub", "UnknownMonitorError", "MonitorExistsError", "DEFAULT_SNAPSHOT_EVERY"]
+__all__ = ["MonitorSpec", "MonitorHub", "Post", "Accepted", "UnknownMonitorError", "MonitorExistsError",
+           "IdempotencyKeyReusedError", "DEFAULT_SNAPSHOT_EVERY"]
 
 _log = logging.getLogger("assay.serve")
 
@@ -50,6 +57,45 @@ class MonitorExistsError(AssayError):
     """A monitor of that name exists with other options."""
 
 
+class IdempotencyKeyReusedError(AssayError):
+    """A post reuses the idempotency key of an earlier post with another body."""
+
+
+class Post(NamedTuple):
+    """One post for :meth:`MonitorHub.submit`: the monitor, the decoded JSON body, and optionally an
+    idempotency key with a fingerprint of the body (None: computed from ``body``)."""
+
+    name: str
+    body: object
+    key: str | None = None
+    fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """The answer to an accepted post: ids ``first_id`` … ``first_id + accepted − 1`` and the flagged
+    decisions' witnesses (``Witnesses.to_json()`` dicts). ``replayed``: the answer of an earlier post
+    with the same idempotency key, given again (nothing was stored this time)."""
+
+    monitor: str
+    first_id: int
+    accepted: int
+    flagged: list[dict] = field(default_factory=list)
+    replayed: bool = False
+
+    def to_json(self) -> dict:
+        return {"monitor": self.monitor, "first_id": self.first_id, "accepted": self.accepted, "flagged": self.flagged}
+
+    @classmethod
+    def from_json(cls, data: dict, replayed: bool = False) -> "Accepted":
+        return cls(data["monitor"], data["first_id"], data["accepted"], data["flagged"], replayed)
+
+
+def fingerprint_of(body) -> str:
+    """A digest of a decoded body (for posts made through the Python API; the app digests the raw bytes)."""
+    return "json-sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=True).encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class MonitorSpec:
     """The options of one served monitor, checked when built.
@@ -64,6 +110,8 @@ class MonitorSpec:
             record posted (and kept).
         image_shape: ``(height, width)`` or ``(height, width, channels)`` when inputs are images
             (the dashboard draws them); its product must equal the number of features.
+        decision_type: ``"string"``, ``"number"`` or ``"boolean"``: the only type of decision the
+            monitor takes; None: the type of the first decision posted (and kept).
     """
 
     name: str
@@ -74,6 +122,7 @@ class MonitorSpec:
     max_witnesses: int | None = None
     features: tuple[str, ...] | None = None
     image_shape: tuple[int, ...] | None = None
+    decision_type: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -94,14 +143,16 @@ class MonitorSpec:
             object.__setattr__(self, "features", features)
         if self.image_shape is not None:
             shape = tuple(self.image_shape)
-            if len(shape) not in (2, 3) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in shape) \
-                    or (len(shape) == 3 and shape[2] not in (1, 3)):
-                raise OptionError(f"the `image_shape` of a served monitor must be (height, width) or (height, width, 1 or 3); "
-                                  f"got {self.image_shape!r}")
+            if len(shape) not in (2, 3) or not all(isinstance(s, int) and not isinstance(s, bool) and 1 <= s <= 65536
+                                                     for s in shape) or (len(shape) == 3 and shape[2] not in (1, 3)):
+                raise OptionError(f"the `image_shape` of a served monitor must be (height, width) or (height, width, 1 or 3), "
+                                  f"sides 1 to 65536; got {self.image_shape!r}")
             object.__setattr__(self, "image_shape", shape)
-        if self.features is not None and self.image_shape is not None and len(self.features) != int(np.prod(self.image_shape)):
-            raise OptionError(f"image_shape {self.image_shape} has {int(np.prod(self.image_shape))} pixels but the monitor "
+        if self.features is not None and self.image_shape is not None and len(self.features) != math.prod(self.image_shape):
+            raise OptionError(f"image_shape {self.image_shape} has {math.prod(self.image_shape)} pixels but the monitor "
                               f"has {len(self.features)} features")
+        if self.decision_type is not None:
+            check_choice(self.decision_type, "decision_type", "a served monitor", DECISION_TYPES)
         Monitor(self.epsilon, self.metric, index=self.index, max_witnesses=self.max_witnesses)  # checks index and metric
 
     def to_json(self) -> dict:
@@ -115,7 +166,8 @@ class MonitorSpec:
     def from_json(cls, data: dict) -> "MonitorSpec":
         if not isinstance(data, dict):
             raise OptionError(f"monitor options must be a JSON object; got {type(data).__name__}")
-        known = {"name", "epsilon", "metric", "decision_column", "index", "max_witnesses", "features", "image_shape"}
+        known = {"name", "epsilon", "metric", "decision_column", "index", "max_witnesses", "features", "image_shape",
+                 "decision_type"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise OptionError(f"unknown monitor option {unknown[0]!r}; the options are {', '.join(sorted(known))}")
@@ -131,10 +183,11 @@ class MonitorSpec:
         return Monitor(self.epsilon, self.metric, index=self.index, max_witnesses=self.max_witnesses)
 
     def same_options(self, other: "MonitorSpec") -> bool:
-        """Equal options, where features learned from the first record do not count as a difference."""
+        """Equal options, where features and the decision type learned from the first post do not count as a difference."""
         mine, theirs = self.to_json(), other.to_json()
-        if mine["features"] is None or theirs["features"] is None:
-            mine["features"] = theirs["features"] = None
+        for learned in ("features", "decision_type"):
+            if mine[learned] is None or theirs[learned] is None:
+                mine[learned] = theirs[learned] = None
         return mine == theirs
 
 
@@ -206,44 +259,61 @@ class MonitorHub:
         return entry
 
     # -- decisions ------------------------------------------------------------------------
-    def submit(self, posts: list[tuple[str, object]]) -> list[list[Witnesses] | AssayError]:
-        """Run ``posts`` (monitor name, decoded JSON body) in order; commit; return each post's witnesses or error.
+    def submit(self, posts: list[Post | tuple]) -> list[Accepted | AssayError]:
+        """Run ``posts`` (:class:`Post`, or ``(name, body)``) in order; commit; return each one's answer or error.
 
         Returns only after the accepted decisions are committed. Errors are returned, not
         raised, except a failed commit, which raises :class:`StoreError` for the whole group.
+        A keyed post whose key the store (or this group) holds already gets that post's answer,
+        ``replayed``, and stores nothing.
         """
         with self._lock:
             results: list = []
             batches: list[StoredBatch] = []
             touched: dict[str, MonitorSpec] = {}
+            keyed: dict[tuple[str, str], tuple[str, Accepted]] = {}  # keys of this group: (fingerprint, answer)
             received = time.time()
             try:
-                for name, body in posts:
+                for post in map(_as_post, posts):
+                    name = post.name
                     try:
+                        if post.key is not None:
+                            earlier = keyed.get((name, post.key)) or self._stored_answer(name, post.key)
+                            if earlier is not None:
+                                results.append(_replay(post, *earlier))
+                                continue
                         if name in self._stale:  # a failed commit whose rebuild failed too: try again now
                             self._entries[name] = self._rebuild(self._stale[name])
                             del self._stale[name]
                         entry = self._entry(name)
-                        rows, outputs, features = parse_decisions(body, entry.spec, entry.monitor.dim)
-                        pixels = None if entry.spec.image_shape is None else int(np.prod(entry.spec.image_shape))
+                        parsed = parse_decisions(post.body, entry.spec, entry.monitor.dim)
+                        rows = parsed.rows
+                        pixels = None if entry.spec.image_shape is None else math.prod(entry.spec.image_shape)
                         if pixels is not None and rows.shape[0] and rows.shape[1] != pixels:
                             raise DataError(f"the inputs have {rows.shape[1]} features but the monitor's images "
                                             f"{tuple(entry.spec.image_shape)} have {pixels} pixels")
-                        learned = features is not None and entry.spec.features is None
-                        spec = replace(entry.spec, features=features) if learned else entry.spec
+                        spec = entry.spec
+                        if parsed.features is not None and spec.features is None:
+                            spec = replace(spec, features=parsed.features)
+                        if parsed.decision_type is not None and spec.decision_type is None:
+                            spec = replace(spec, decision_type=parsed.decision_type)
                         first_id = entry.monitor.stats.decisions
                         touched.setdefault(name, entry.spec)  # the options before this group, to rebuild with
-                        found = entry.monitor.observe_batch(rows, outputs)  # checks everything before recording
+                        found = entry.monitor.observe_batch(rows, parsed.outputs)  # checks everything before recording
                     except AssayError as exc:
                         results.append(exc)
                         continue
                     entry.spec = spec
-                    batches.append(StoredBatch(name, first_id, rows, outputs, received,
-                                               [w.to_json() for w in found if w.flagged]))
-                    results.append(found)
+                    answer = Accepted(name, first_id, rows.shape[0], [w.to_json() for w in found if w.flagged])
+                    batch = StoredBatch(name, first_id, rows, parsed.outputs, received, answer.flagged)
+                    if post.key is not None:
+                        keyed[(name, post.key)] = (post.fingerprint, answer)
+                        batch = replace(batch, key=post.key, fingerprint=post.fingerprint, answer=answer.to_json())
+                    batches.append(batch)
+                    results.append(answer)
                 for name in touched:
                     entry = self._entries[name]
-                    if entry.spec.features is not None and touched[name].features is None:
+                    if entry.spec != touched[name]:  # features or decision type learned: kept with the options
                         self.store.save_monitor(name, entry.spec.to_json())
                 if batches:
                     self.store.commit(batches)
@@ -263,6 +333,11 @@ class MonitorHub:
                 if entry.committed.decisions - entry.snapshot_at >= self.snapshot_every:
                     self._snapshot(name, entry)
             return results
+
+    def _stored_answer(self, name: str, key: str) -> tuple[str, Accepted] | None:
+        self._entry(name)  # an unknown monitor is refused as such, not looked up
+        found = self.store.post(name, key)
+        return None if found is None else (found[0], Accepted.from_json(found[1]))
 
     def _snapshot(self, name: str, entry: _Entry) -> None:
         """Keep a checkpoint of ``entry``'s monitor in the store; a failure is logged, not raised.
@@ -309,8 +384,28 @@ class MonitorHub:
                 raise StoreError(f"the store {self.store.url} misses decisions of monitor {spec.name!r} "
                                  f"(expected id {expected}, found {int(ids[0])})")
             monitor.observe_batch(rows, outputs)
+        if spec.decision_type is None and monitor.stats.decisions:
+            # A store written before decision types: the first decision's type holds from now on.
+            first = self.store.decision(spec.name, 0)
+            if first is not None and decision_type_of(first[1]) is not None:
+                spec = replace(spec, decision_type=decision_type_of(first[1]))
         return _Entry(spec, monitor, snapshot_at)
 
     def close(self) -> None:
         self.store.close()
 
+
+
+def _as_post(post) -> Post:
+    post = post if isinstance(post, Post) else Post(*post)
+    if post.key is not None and post.fingerprint is None:
+        post = post._replace(fingerprint=fingerprint_of(post.body))
+    return post
+
+
+def _replay(post: Post, fingerprint: str, answer: Accepted) -> Accepted:
+    if fingerprint != post.fingerprint:
+        raise IdempotencyKeyReusedError(f"the Idempotency-Key {post.key!r} was used for another body before (its post "
+                                        f"was stored as decisions {answer.first_id}–{answer.first_id + answer.accepted - 1}); "
+                                        "use a new key for a new post")
+    return replace(answer, replayed=True)

@@ -40,7 +40,7 @@ def build(store: str, *, default: MonitorSpec | None = None, token: str | None =
     except BaseException:
         opened.close()
         raise
-    return Service(hub, create_app(hub, token=token, max_body_bytes=max_body_bytes, store_label=opened.url))
+    return Service(hub, create_app(hub, token=token, max_body_bytes=max_body_bytes))
 
 
 def serve(store: str, *, host: str = "127.0.0.1", port: int = 8000, token: str | None = None,

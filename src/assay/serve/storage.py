@@ -8,13 +8,15 @@ One schema, two dialects. A store holds, per monitor (a name):
   (float64 bytes) and its decision (JSON, so labels keep their type);
 * ``violations`` the witnesses of every flagged decision, as the monitor reported them;
 * ``snapshots``  the latest checkpoint of the monitor (:meth:`assay.monitor.Monitor.save`), so
-  that a restart replays only the decisions after it.
+  that a restart replays only the decisions after it;
+* ``posts``      the ``Idempotency-Key`` of every keyed post, a fingerprint of its body and the
+  answer it got, so that a retried post is answered again instead of stored twice.
 
-Durability contract: :meth:`Store.commit` writes decisions and their witnesses in one
-transaction and returns only once it is committed (SQLite ``synchronous=FULL`` by default: the
-write-ahead log is on disk; PostgreSQL's own commit). The service acknowledges a decision after
-that, so a crash (even ``kill -9``) never loses an acknowledged decision, and never keeps a
-decision without its witnesses.
+Durability contract: :meth:`Store.commit` writes decisions, their witnesses and the idempotency
+keys of their posts in one transaction and returns only once it is committed (SQLite
+``synchronous=FULL`` by default: the write-ahead log is on disk; PostgreSQL's own commit). The
+service acknowledges a decision after that, so a crash (even ``kill -9``) never loses an acknowledged decision, never keeps a
+decision without its witnesses, and never keeps a keyed post without its key (nor the reverse).
 
 URLs: ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, a plain path (SQLite), or
 ``postgresql://user@host:port/dbname`` (psycopg 3; the ``postgres`` extra).
@@ -47,7 +49,8 @@ class StoredBatch:
 
     ``rows`` float64 (n, d), ``outputs`` n JSON values, ids ``first_id`` … ``first_id + n − 1``,
     ``received`` the Unix time they arrived, ``violations`` one ``Witnesses.to_json()`` dict per
-    flagged decision.
+    flagged decision; ``key`` the post's ``Idempotency-Key`` (or None), kept with ``fingerprint``
+    (of its body) and ``answer`` (the JSON the post was answered with).
     """
 
     monitor: str
@@ -56,6 +59,9 @@ class StoredBatch:
     outputs: list
     received: float
     violations: list[dict]
+    key: str | None = None
+    fingerprint: str = ""
+    answer: dict | None = None
 
 
 _SCHEMA = """
@@ -68,6 +74,9 @@ CREATE TABLE IF NOT EXISTS violations (
     witnesses TEXT NOT NULL, PRIMARY KEY (monitor, decision));
 CREATE INDEX IF NOT EXISTS violations_by_time ON violations (monitor, received);
 CREATE TABLE IF NOT EXISTS snapshots (monitor TEXT PRIMARY KEY, next_id BIGINT NOT NULL, data {blob} NOT NULL);
+CREATE TABLE IF NOT EXISTS posts (
+    monitor TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, received {real} NOT NULL, answer TEXT NOT NULL,
+    PRIMARY KEY (monitor, key));
 """
 
 
@@ -121,6 +130,10 @@ class Store:
                 self._end_read()
         return rows
 
+    def redact(self, text: str) -> str:
+        """``text`` without the store's URL or location on disk (for answers to clients; the log keeps them)."""
+        return text.replace(f"the store {self.url}", "the store").replace(self.url, "the store")
+
     def _end_read(self) -> None:
         """End the read transaction (PostgreSQL keeps one open otherwise and would see old data)."""
 
@@ -139,8 +152,10 @@ class Store:
     # -- writing --------------------------------------------------------------------------
     def commit(self, batches: list[StoredBatch]) -> None:
         """Write ``batches`` (decisions and witnesses) in one transaction; return once committed."""
-        decision_rows, violation_rows = [], []
+        decision_rows, violation_rows, post_rows = [], [], []
         for batch in batches:
+            if batch.key is not None:
+                post_rows.append((batch.monitor, batch.key, batch.fingerprint, batch.received, json.dumps(batch.answer)))
             rows = np.ascontiguousarray(batch.rows, dtype=np.float64)
             for offset in range(rows.shape[0]):
                 decision_rows.append((batch.monitor, batch.first_id + offset, batch.received, rows[offset].tobytes(),
@@ -155,6 +170,9 @@ class Store:
             if violation_rows:
                 self._run(connection, "INSERT INTO violations (monitor, decision, received, count, witnesses) "
                           "VALUES (?, ?, ?, ?, ?)", violation_rows, many=True)
+            if post_rows:
+                self._run(connection, "INSERT INTO posts (monitor, key, fingerprint, received, answer) VALUES (?, ?, ?, ?, ?)",
+                          post_rows, many=True)
 
         with self._write_lock:
             self._transaction(write)
@@ -184,6 +202,15 @@ class Store:
         """``(next_id, checkpoint bytes)`` of ``name``'s latest snapshot, or None."""
         rows = self._read("SELECT next_id, data FROM snapshots WHERE monitor = ?", (name,))
         return (int(rows[0][0]), bytes(rows[0][1])) if rows else None
+
+    def post(self, name: str, key: str) -> tuple[str, dict] | None:
+        """``(fingerprint, answer)`` of the post to ``name`` made with Idempotency-Key ``key``, or None."""
+        rows = self._read("SELECT fingerprint, answer FROM posts WHERE monitor = ? AND key = ?", (name, key))
+        return (rows[0][0], json.loads(rows[0][1])) if rows else None
+
+    def post_count(self, name: str) -> int:
+        """Keyed posts of ``name`` remembered."""
+        return int(self._read("SELECT COUNT(*) FROM posts WHERE monitor = ?", (name,))[0][0])
 
     def decision_count(self, name: str) -> int:
         rows = self._read("SELECT COUNT(*) FROM decisions WHERE monitor = ?", (name,))
@@ -271,6 +298,13 @@ class SQLiteStore(Store):
         if not self.path.parent.is_dir():
             raise StoreError(f"cannot create the store {self.path}: the folder {self.path.parent} does not exist")
         super().__init__()
+
+    def redact(self, text: str) -> str:
+        text = super().redact(text)
+        for place in (str(self.path.resolve()), str(self.path), str(self.path.resolve().parent)):
+            if place not in ("", "."):
+                text = text.replace(place, "(the store's folder)")
+        return text
 
     def _connect(self):
         try:
