@@ -12,6 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from assay.monitor import _kernels
 from assay.monitor.frnn import _cells
 from assay.monitor.frnn._base import FrnnIndex
 
@@ -41,6 +42,8 @@ class CellIndex(FrnnIndex):
     scan_cost: ClassVar[float] = 2.0
     probe_cost: ClassVar[float] = 30.0
     candidate_cost: ClassVar[float] = 15.0
+    # One compiled call: cheaper than numpy's on the single-decision path.
+    row_is_finite = staticmethod(_kernels.all_finite)
 
     def __init__(self, dim: int, metric: str = "linf"):
         super().__init__(dim, metric)
