@@ -63,7 +63,7 @@ def warm_up(metric: str = "linf", index: str = "grid", *, announce: bool = True,
     """Load (compiling on first use) the kernels a monitor with this metric and index runs; return the seconds it took.
 
     Runs a tiny monitor through what the real one does: a batch (with a re-fit of the grid's
-    cells), a batch added to a grown index and a single decision. Index names whose kernels are
+    cells) and a single decision, and moves a history into a new index. Index names whose kernels are
     not compiled (``scan``, and ``auto`` for small jobs) need nothing; ``auto`` warms the grid it
     moves to. Once per process per (metric, index). When numba must compile, prints
     :data:`COMPILE_MESSAGE` on ``stream`` (default stderr) first, unless ``announce`` is False.
@@ -83,11 +83,12 @@ def warm_up(metric: str = "linf", index: str = "grid", *, announce: bool = True,
     dim = 3
     rows = np.random.default_rng(0).random((12, dim))
     labels = np.arange(12) % 2
-    tiny = make_index(name, dim, metric, 0.1, **({"min_fit": 4} if name == "grid" else {}))  # re-fits at 4 rows
-    monitor = Monitor(0.1, metric, index=tiny)
+    options = {"min_fit": 4} if name == "grid" else {}  # a grid that re-fits its cells at 4 rows
+    monitor = Monitor(0.1, metric, index=make_index(name, dim, metric, 0.1, **options))
     monitor.observe_batch(rows[:8], labels[:8])  # a batch: the fused loop, a re-fit of the cells
-    monitor.index.add_rows(rows[8:11], np.arange(100, 103, dtype=np.int64), labels[8:11])  # what moving a history in does
-    monitor.observe(rows[11], labels[11])  # a single decision
+    monitor.observe(rows[8], labels[8])  # a single decision
+    # What Monitor.prepare does when it moves a grown history into a new index.
+    make_index(name, dim, metric, 0.1, **options).add_rows(rows, np.arange(12, dtype=np.int64), labels.astype(np.int64))
     _warmed.add((metric, name))
     seconds = time.perf_counter() - started
     _spent[0] += seconds

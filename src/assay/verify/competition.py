@@ -53,8 +53,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from assay.errors import AssayError, DataError, OptionError
-from assay.verify.result import VerificationStatus
 from assay.verify.options import SMALL_NETWORK_PARAMETERS
+from assay.verify.result import VerificationStatus
 
 if TYPE_CHECKING:  # this module stays free of torch at import: the command line reads it
     from assay.verify.result import VerificationResult

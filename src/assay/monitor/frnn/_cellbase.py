@@ -142,6 +142,8 @@ class CellIndex(FrnnIndex):
                 self.scan_cost, self.probe_cost, self._lead)
             store.appended(take, int(ids[done + take - 1]))
             self._buckets += buckets
+            if self._columns.size and not count_only:
+                positions, distances = _cells.by_position(counts, positions, distances)
             parts.append((counts, store.ids[positions], distances))
             done += take
         if len(parts) == 1:
@@ -168,4 +170,7 @@ class CellIndex(FrnnIndex):
         count = int(counts[0])
         if count == 0 or count_only:
             return count, None, None
+        if count > 1 and self._columns.size:
+            order = np.argsort(positions)
+            positions, distances = positions[order], distances[order]
         return count, store.ids[positions], distances
