@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -47,6 +48,9 @@ EPSILON = 0.05
 COMPILE_MARK = "compiling the monitor's kernels once"
 ASSAY = [sys.executable, "-m", "assay.cli.main"]
 DEFAULT_REFERENCE = "/tmp/clemont-venv/bin/python"
+# CPU seconds (user + system) of each finished run, in order: on a loaded machine the wall time
+# stretches with the load, the CPU time of a single-threaded process much less.
+CPU: list[float] = []
 CASES = ("help", "monitor-1k", "monitor-100k", "verify", "serve", "reference")
 
 
@@ -67,11 +71,17 @@ def environment(cache: Path) -> dict:
     return dict(os.environ, NUMBA_CACHE_DIR=str(cache), PYTHONPATH=str(REPO_ROOT / "src"), OMP_NUM_THREADS="1")
 
 
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def timed(command: list[str], env: dict, ok=(0,)) -> tuple[float, str]:
-    """Run ``command`` to its end; return the wall seconds and its stderr."""
-    started = time.perf_counter()
+    """Run ``command`` to its end; return the wall seconds and its stderr (its CPU seconds go to ``CPU``)."""
+    started, cpu = time.perf_counter(), children_cpu()
     done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seconds = time.perf_counter() - started
+    CPU.append(children_cpu() - cpu)
     if done.returncode not in ok:
         raise SystemExit(f"{' '.join(command)} exited {done.returncode}: {done.stderr[-2000:]}")
     return seconds, done.stderr
@@ -135,6 +145,7 @@ def summary(times: list[float]) -> dict:
 def run_case(name: str, mode: str, runs: int, files: dict, warm_cache: Path, scratch: Path, reference: str | None) -> dict:
     load_before = os.getloadavg()[0]
     times, extra, compiled = [], [], 0
+    del CPU[:]
     for run in range(runs):
         cache = warm_cache if mode == "warm" else Path(tempfile.mkdtemp(prefix="numba-cold-", dir=scratch))
         env = environment(cache)
@@ -160,6 +171,7 @@ def run_case(name: str, mode: str, runs: int, files: dict, warm_cache: Path, scr
         print(f"  {name} {mode} run {run + 1}: {seconds:.3f} s" + (" (compiled)" if COMPILE_MARK in stderr else ""),
               flush=True)
     result = {"case": name, "mode": mode, **summary(times), "runs_that_compiled": compiled,
+              "cpu": summary(list(CPU)) if len(CPU) == runs else None,
               "load_before": load_before, "load_after": os.getloadavg()[0]}
     if extra:
         for key in ("post_after_ready_s", "first_post_answered_s"):
@@ -177,6 +189,8 @@ def main() -> None:
     parser.add_argument("--reference-python", default=DEFAULT_REFERENCE,
                         help="python of a venv with clemont==0.1.0 and faiss-cpu==1.9.0.post1")
     parser.add_argument("--only", default=",".join(CASES), help=f"comma-separated cases among {', '.join(CASES)}")
+    parser.add_argument("--name", default="startup", help="results/<name>.json and .md")
+    parser.add_argument("--warm-cache", default=None, help="use this NUMBA_CACHE_DIR as the warm cache (default: a new one)")
     args = parser.parse_args()
     chosen = [case.strip() for case in args.only.split(",") if case.strip()]
     reference = args.reference_python if Path(args.reference_python).exists() else None
@@ -188,8 +202,8 @@ def main() -> None:
             files["monitor-1k"] = write_stream(scratch / "stream-1000x5.csv", 1000, 5, 0)
         if "monitor-100k" in chosen:
             files["monitor-100k"] = write_stream(scratch / "stream-100000x12.csv", 100_000, 12, 1)
-        warm_cache = scratch / "numba-warm"
-        warm_cache.mkdir()
+        warm_cache = Path(args.warm_cache) if args.warm_cache else scratch / "numba-warm"
+        warm_cache.mkdir(exist_ok=True)
         seconds, _ = timed([*ASSAY, "warmup"], environment(warm_cache))
         payload["warmup_seconds"] = seconds
         print(f"assay warmup into the warm cache: {seconds:.1f} s", flush=True)
@@ -205,7 +219,7 @@ def main() -> None:
             for mode, runs in (("cold", cold_runs), ("warm", args.runs)):
                 if runs:
                     payload["results"].append(run_case(name, mode, runs, files, warm_cache, scratch, reference))
-    render(payload)
+    render(payload, args.name)
 
 
 LABELS = {
@@ -218,7 +232,7 @@ LABELS = {
 }
 
 
-def render(payload: dict) -> None:
+def render(payload: dict, name: str = "startup") -> None:
     rows = []
     for result in payload["results"]:
         label = LABELS[result["case"]]
@@ -231,14 +245,18 @@ def render(payload: dict) -> None:
             note += (f"; first post answered {post['median_s'] * 1e3:.0f} ms after ready "
                      f"(min {post['min_s'] * 1e3:.0f}, max {post['max_s'] * 1e3:.0f}); "
                      f"/health said starting in {result['said_starting_runs']} runs")
+        cpu = result.get("cpu")
         rows.append([label, result["mode"], result["runs"], f"{result['median_s']:.3f}", f"{result['min_s']:.3f}",
-                     f"{result['max_s']:.3f}", f"{result['load_before']:.1f} → {result['load_after']:.1f}", note])
+                     f"{result['max_s']:.3f}", f"{cpu['median_s']:.3f}" if cpu else "—",
+                     f"{result['load_before']:.1f} → {result['load_after']:.1f}", note])
     table = ("# Start-up: whole-process wall time (benchmarks/startup.py)\n\n"
              f"{payload['machine']['cpus']} CPUs, Python {payload['machine']['python']}; ε = {payload['epsilon']}, L∞. "
              f"`assay warmup` into the warm cache took {payload['warmup_seconds']:.1f} s. Cold: a new empty "
              "NUMBA_CACHE_DIR per run; warm: one cache filled by `assay warmup`. Seconds.\n\n"
-             + markdown_table(["command", "cache", "runs", "median", "min", "max", "load (1 min)", "notes"], rows))
-    json_path, md_path = write_results("startup", payload, table)
+             "CPU: the median user + system seconds of the process (serve: the client's side only, so none).\n\n"
+             + markdown_table(["command", "cache", "runs", "median", "min", "max", "CPU median", "load (1 min)", "notes"],
+                              rows))
+    json_path, md_path = write_results(name, payload, table)
     print(table)
     print(f"wrote {json_path} and {md_path}")
 

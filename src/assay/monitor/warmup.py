@@ -64,8 +64,8 @@ def warm_up(metric: str = "linf", index: str = "grid", *, announce: bool = True,
 
     Runs a tiny monitor through what the real one does: a batch (with a re-fit of the grid's
     cells) and a single decision, and moves a history into a new index. Index names whose kernels are
-    not compiled (``scan``, and ``auto`` for small jobs) need nothing; ``auto`` warms the grid it
-    moves to. Once per process per (metric, index). When numba must compile, prints
+    not compiled (``scan``) and ``partition`` (whose sub-indexes run in other processes) need
+    nothing; ``auto`` warms the index it moves to. Once per process per (metric, index). When numba must compile, prints
     :data:`COMPILE_MESSAGE` on ``stream`` (default stderr) first, unless ``announce`` is False.
     """
     import numpy as np
@@ -73,7 +73,7 @@ def warm_up(metric: str = "linf", index: str = "grid", *, announce: bool = True,
     from assay.monitor.frnn import choose_backend, make_index
 
     name = choose_backend(metric, 8) if index == "auto" else index
-    if (metric, name) in _warmed or name == "scan":
+    if (metric, name) in _warmed or name in ("scan", "partition"):  # partition: its sub-indexes live in other processes
         return 0.0
     started = time.perf_counter()
     if announce and kernels_cached(name) is False:

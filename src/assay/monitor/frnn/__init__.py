@@ -90,7 +90,11 @@ _TAKES_EPSILON = ("grid", "bdd", "partition")
 
 
 def choose_backend(metric: str, dim: int, size: int | None = None) -> str:
-    """The backend ``index="auto"`` uses for this metric, dimension and expected size.
+    """The compiled backend ``index="auto"`` uses for this metric, dimension and expected size.
+
+    (A :class:`~assay.monitor.Monitor` with ``index="auto"`` keeps its first
+    :data:`~assay.monitor.frnn.scan.SCAN_LIMIT` decisions in the numpy ``scan`` index, which
+    needs nothing compiled, and then moves them to this backend.)
 
     L∞, L1 and L2: the hash grid. It is a cost-model choice itself: while the history is small
     (or when no set of columns separates the rows, e.g. very wide rows or a radius spanning the
