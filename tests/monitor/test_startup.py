@@ -47,6 +47,7 @@ def test_a_batch_larger_than_the_limit_goes_to_the_grid_at_once(monkeypatch):
 def test_the_compile_message_is_printed_only_when_numba_must_compile(monkeypatch):
     for cached, expected in ((False, 1), (True, 0)):
         monkeypatch.setattr(warmup, "_warmed", set())
+        monkeypatch.setattr(warmup, "_announced", [])
         monkeypatch.setattr(warmup, "kernels_cached", lambda index="grid", cached=cached: cached)
         stream = io.StringIO()
         warmup.warm_up("linf", "grid", stream=stream)

@@ -25,6 +25,7 @@ _COMPILE_SECONDS = 20
 
 _warmed: set[tuple[str, str]] = set()
 _spent = [0.0]
+_announced: list[str] = []
 
 
 def seconds_spent() -> float:
@@ -76,7 +77,8 @@ def warm_up(metric: str = "linf", index: str = "grid", *, announce: bool = True,
     if (metric, name) in _warmed or name in ("scan", "partition"):  # partition: its sub-indexes live in other processes
         return 0.0
     started = time.perf_counter()
-    if announce and kernels_cached(name) is False:
+    if announce and not _announced and kernels_cached(name) is False:
+        _announced.append(name)  # one line per process, however many indexes compile
         print(COMPILE_MESSAGE.format(seconds=_COMPILE_SECONDS), file=stream or sys.stderr, flush=True)
     from assay.monitor.monitor import Monitor
 
