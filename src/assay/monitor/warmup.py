@@ -20,7 +20,8 @@ __all__ = ["warm_up", "kernels_cached", "cache_location", "seconds_spent", "COMP
 #: What a process prints on stderr before compiling the kernels (``{seconds}``: the estimate).
 COMPILE_MESSAGE = "compiling the monitor's kernels once (about {seconds} s); later runs start at once"
 
-# The cold compile measured by benchmarks/startup.py (quiet 2-core machine, rounded up).
+# The grid's cold compile: about 21 CPU seconds (a cold `assay monitor` on 100,000 × 12 rows took
+# 25.4 CPU s, 3.8 of them the job; see README, Benchmarks). A loaded machine stretches the wall time.
 _COMPILE_SECONDS = 20
 
 _warmed: set[tuple[str, str]] = set()
