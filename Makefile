@@ -20,11 +20,15 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
+# `assay warmup` compiles the monitor's kernels once (about 20 s on a fresh machine; a second when
+# numba's cache already has them), so that no later command waits for the compiler.
 demo: $(VENV)/.installed
+	$(BIN)/assay warmup
 	$(BIN)/assay demo
 
 test: $(VENV)/.installed-test
 	bash tests/system_setup.sh
+	$(BIN)/assay warmup
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest -q
 

@@ -3,7 +3,7 @@
 Usage (normally only through benchmarks/monitor.py):
     /path/to/clemont-venv/bin/python benchmarks/monitor_reference.py SPEC_JSON OUT_JSON
 
-SPEC_JSON: {"source": {"zip": path, "member": name} | {"synthetic": {"n", "d", "seed"}},
+SPEC_JSON: {"source": {"zip": path, "member": name} | {"csv": path} | {"synthetic": {"n", "d", "seed"}},
             "epsilon": float, "backend": "BruteForce" | "KdTree" | "BDD", "max_n": int | null, "max_time": float | null}
 The BDD backend needs ``dd`` with CUDD in clemont's venv and an ε with 1/ε a whole number of bins
 (its cells have width 1/n_bins; its runner then drops the false positives with d < ε). Column
@@ -27,6 +27,8 @@ import pandas as pd
 
 
 def load(source: dict, limit=None) -> pd.DataFrame:
+    if "csv" in source:  # a plain decision stream: feature columns and `prediction` (benchmarks/startup.py)
+        return pd.read_csv(source["csv"])
     if "zip" in source:
         with zipfile.ZipFile(source["zip"]) as archive:
             frame = pd.read_csv(io.BytesIO(archive.read(source["member"])))

@@ -15,14 +15,14 @@ from tests.monitor.oracle import oracle_witnesses
 from tests.monitor.test_conformance import CASES, small_index
 
 ROOT = Path(__file__).resolve().parents[2]
-PUBLIC = {"FrnnIndex", "BruteForceIndex", "KDTreeIndex", "SortedProjectionIndex", "GridIndex", "BDDIndex",
+PUBLIC = {"FrnnIndex", "ScanIndex", "BruteForceIndex", "KDTreeIndex", "SortedProjectionIndex", "GridIndex", "BDDIndex",
           "ColumnPartitionIndex", "FaissFlatIndex", "BACKENDS", "make_index", "choose_backend", "warm_up"}
 PROTOCOL = ("add", "range_query", "remove", "export", "reserve", "query_pairs", "add_rows", "observe_rows", "observe_row")
 
 
 def test_frnn_public_names_are_pinned():
     assert set(assay.monitor.frnn.__all__) == PUBLIC and len(assay.monitor.frnn.__all__) == len(PUBLIC)
-    assert set(BACKENDS) == {"brute", "grid", "kdtree", "snn", "bdd", "partition", "faiss"}
+    assert set(BACKENDS) == {"scan", "brute", "grid", "kdtree", "snn", "bdd", "partition", "faiss"}
     for name in PROTOCOL:
         assert (getattr(assay.monitor.frnn.FrnnIndex, name).__doc__ or "").strip(), name
 

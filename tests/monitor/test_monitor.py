@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 import assay.monitor
 from assay.errors import DataError, OptionError
 from assay.monitor import BACKENDS, Monitor, Witnesses, load_checkpoint
+from assay.monitor.frnn.scan import SCAN_LIMIT
 from tests.monitor.oracle import oracle_witnesses
 from tests.monitor.strategies import streams
 from tests.monitor.test_conformance import backend_marks
@@ -181,6 +182,8 @@ def test_auto_chooses_by_metric_dimension_and_size():
     assert choose_backend("cosine", 64) == "brute"
     monitor = Monitor(0.1)
     monitor.observe([0.0, 1.0, 2.0], 0)
+    assert type(monitor.index).__name__ == "ScanIndex"  # a small history: numpy, nothing to compile
+    monitor.observe_batch(np.zeros((SCAN_LIMIT, 3)), np.zeros(SCAN_LIMIT))
     assert type(monitor.index).__name__ == "GridIndex"
 
 

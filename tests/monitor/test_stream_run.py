@@ -37,7 +37,7 @@ def test_counts_witness_file_and_summary(stream, tmp_path, batch_size):
     assert run.latencies.shape == (5,) and (run.latencies >= 0).all() and run.top_flagged == ()
     summary = run.to_json()
     assert list(summary) == SUMMARY_KEYS and json.loads(json.dumps(summary)) == summary
-    assert summary["witnesses_file"] == str(out) and summary["batch_size"] == batch_size and summary["index"] == "grid"
+    assert summary["witnesses_file"] == str(out) and summary["batch_size"] == batch_size and summary["index"] == "scan"  # five decisions: the numpy scan
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["decision"], r["ids"]) for r in records] == [(i, ids.tolist()) for i, (ids, _) in enumerate(expected) if ids.size]
     assert all(r["line"] == r["decision"] + 2 for r in records)

@@ -15,7 +15,6 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
 import typer
 
 from assay.cli._common import console, load_network, show_progress
@@ -56,6 +55,8 @@ def cfx(
     network = load_network(model)
     features = FeatureTypes.from_json(features_file) if features_file is not None else None
     rows = read_inputs(input_file or inputs, network.input_size, features)
+    import numpy as np
+
     streams = np.random.SeedSequence(seed).spawn(len(rows))
     results, interrupted = [], False
     started = time.perf_counter()
@@ -108,6 +109,8 @@ def _print_one(out, result, features, index) -> None:
         if result.robust is not None and result.robust.candidates:
             out.print(f"  (after {result.robust.candidates} candidate(s) that were not robust)")
         return
+    import numpy as np
+
     changes = np.flatnonzero(np.abs(cf.x_cf - cf.x) > 1e-9)
     out.print(f"{head}class {cf.target} reached: {cf.distance:.4g} {cf.norm} cost"
               f"{' (optimal)' if cf.optimal else ''}, margin {cf.achieved_margin:.3g}, {cf.seconds:.2f} s")

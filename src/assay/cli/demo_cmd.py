@@ -172,6 +172,14 @@ def _print_online(out, online: dict) -> None:
               "bounded again. `assay verify-online` does this for any model and sequence of boxes.")
 
 
+def _one_off(data: dict) -> str:
+    """`` (plus X s loading ... once)`` when a section's figure leaves out one-off kernel loading or compiling."""
+    seconds = data.get("one_off_seconds", 0.0)
+    if seconds < 0.05:
+        return ""
+    return f" (plus {seconds:.1f} s of one-off kernel loading or compiling, not counted as work)"
+
+
 # ------------------------------------------------------------------------------- monitoring
 def _print_monitor(out, data: dict) -> None:
     from rich import box
@@ -179,7 +187,7 @@ def _print_monitor(out, data: dict) -> None:
 
     out.print(f"Monitoring (Clemont): {data['decisions']:,} loan decisions of a deployed model watched for similar "
               f"applicants treated differently (L∞ distance ≤ ε = {data['epsilon']:g} on features scaled to [0, 1]), "
-              f"in {data['seconds']:.2f} s: {data['flagged']} decisions had a witness, {data['pairs']} pairs in all.")
+              f"in {data['seconds']:.2f} s{_one_off(data)}: {data['flagged']} decisions had a witness, {data['pairs']} pairs in all.")
     pair = data["closest_pair"]
     if pair is None:
         return
@@ -202,7 +210,7 @@ def _print_knn(out, data: dict) -> None:
               f"{', '.join(map(str, data['k_candidates']))}) trained on {data['train']} applicants. For {data['inputs']} new "
               f"applicants: is the decision the same if up to {data['flips']} training labels were biased, whatever the "
               f"protected attribute? {counts['certified']} certified (proved), {counts['falsified']} falsified, "
-              f"{counts['unknown']} unknown, in {data['seconds']:.2f} s.")
+              f"{counts['unknown']} unknown, in {data['seconds']:.2f} s{_one_off(data)}.")
     example = data["counterexample"]
     if example is not None:
         rows = ", ".join(map(str, example["flipped_rows"]))

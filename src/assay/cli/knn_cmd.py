@@ -18,7 +18,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import typer
 
 from assay.errors import DataError, OptionError
@@ -123,6 +122,8 @@ def knn_fairness(
     certifier = KnnFairnessCertifier(X_train, y_train, k_candidates=_ints(k, "--k"), folds=folds,
                                      class_weights=class_weights or None, down_sample=down_sample,
                                      flip_group=groups or None, direction=flip_direction)
+    import numpy as np
+
     radii = {}
     for key, value in _pairs(epsilon, "--epsilon"):
         c = _column(key, names, "--epsilon", train)

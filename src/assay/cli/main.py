@@ -32,6 +32,7 @@ from assay.cli import (
     serve_cmd,
     verify_cmd,
     verify_online_cmd,
+    warmup_cmd,
 )
 from assay.cli._common import handle_errors
 
@@ -78,6 +79,7 @@ _register(knn_cmd.knn_fairness, "knn-fairness")
 _register(preimage_cmd.preimage, "preimage")
 _register(serve_cmd.serve, "serve")
 _register(cfx_cmd.cfx, "cfx")
+_register(warmup_cmd.warmup, "warmup")
 
 
 def run() -> None:

@@ -26,8 +26,7 @@ from assay.cli._common import (
     show_progress,
 )
 from assay.errors import OptionError
-from assay.verify.competition import SMALL_NETWORK_PARAMETERS
-from assay.verify.options import INPUT_SPLIT_METHODS, VerifyOptions
+from assay.verify.options import INPUT_SPLIT_METHODS, SMALL_NETWORK_PARAMETERS, VerifyOptions
 
 __all__ = ["verify"]
 

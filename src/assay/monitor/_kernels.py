@@ -25,6 +25,8 @@ import math
 
 import numpy as np
 
+from assay.monitor._canonical import METRIC_CODES
+
 try:  # numba is the fast path; the pure-Python fallback keeps the answers identical.
     from numba import njit
 
@@ -50,7 +52,6 @@ __all__ = [
     "all_finite",
 ]
 
-METRIC_CODES = {"linf": 0, "l2": 1, "l1": 2, "cosine": 3}
 
 
 @njit(cache=True, inline="always")

@@ -32,8 +32,9 @@ import numpy as np
 
 from assay._validate import check_choice, check_float, check_int
 from assay.errors import DataError, OptionError
-from assay.monitor import _kernels
-from assay.monitor.frnn import BACKENDS, FrnnIndex, make_index
+from assay.monitor import _canonical
+from assay.monitor.frnn import BACKENDS, FrnnIndex, choose_backend, make_index
+from assay.monitor.frnn.scan import SCAN_LIMIT
 from assay.monitor.store import CheckpointState, read_checkpoint, write_checkpoint
 from assay.monitor.witnesses import Witnesses
 
@@ -192,6 +193,7 @@ class Monitor:
         self._flagged = 0
         self._fast = False
         self._fast_dim = 0
+        self._finite = _canonical.all_finite
         if reserve is not None:
             check_int(reserve, "reserve", "Monitor", minimum=0)
         self._reserve = reserve
@@ -228,7 +230,7 @@ class Monitor:
             row = x if type(x) is np.ndarray and x.dtype == np.float64 else np.asarray(x, dtype=np.float64)
             if not row.flags.c_contiguous:  # one compiled layout (a column slice would compile another)
                 row = row.copy()
-            if row.ndim == 1 and row.shape[0] == self._fast_dim and _kernels.all_finite(row):
+            if row.ndim == 1 and row.shape[0] == self._fast_dim and self._finite(row):
                 try:
                     code = self._labels.get(y)
                 except TypeError:
@@ -258,10 +260,14 @@ class Monitor:
         if rows.shape[0] == 0:
             return []
         if self._index is None:
-            self._index = make_index(self.config.index, rows.shape[1], self.config.metric, self.config.epsilon)
+            # index="auto" starts in the numpy scan (nothing to load or compile); prepare() moves
+            # the history to the compiled grid once it outgrows the scan.
+            first = "scan" if self.config.index == "auto" else self.config.index
+            self._index = make_index(first, rows.shape[1], self.config.metric, self.config.epsilon)
             self.config = replace(self.config, dim=rows.shape[1])
             if self._reserve:
                 self._index.reserve(self._reserve)
+        self.prepare(rows.shape[0])
         if self._log is None:
             self._log = _OutputLog(self._output_width)
             self._log.offset = self._next_id
@@ -273,6 +279,34 @@ class Monitor:
         for start in range(0, rows.shape[0], step):
             results.extend(self._process(rows[start : start + step], outputs[start : start + step]))
         return results
+
+    def prepare(self, incoming: int = 0) -> None:
+        """Do now the one-off work that observing ``incoming`` more decisions would do inside the next call.
+
+        With ``index="auto"`` the history starts in the numpy ``scan`` index, which loads nothing,
+        and moves to :func:`~assay.monitor.frnn.choose_backend`'s index (the hash grid for L∞, L1
+        and L2) once it would hold more than :data:`~assay.monitor.frnn.scan.SCAN_LIMIT` rows;
+        that index's compiled kernels are then loaded, or compiled once
+        (:func:`assay.monitor.warmup.warm_up`, which says so on stderr). :meth:`observe_batch` calls
+        this itself; a caller that times its calls calls it first, so that the timed call does
+        only its own work. Answers never depend on the index.
+        """
+        index = self._index
+        if index is None or self.config.index != "auto" or index.name != "scan":
+            return
+        if len(index) + incoming <= SCAN_LIMIT:
+            return
+        from assay.monitor.warmup import warm_up
+
+        target = choose_backend(self.config.metric, index.dim)
+        warm_up(self.config.metric, target)
+        grown = make_index(target, index.dim, self.config.metric, self.config.epsilon)
+        rows, ids, tags = index.export_tagged()
+        grown.reserve(rows.shape[0] + incoming)
+        if rows.shape[0]:
+            grown.add_rows(rows, ids, tags)
+        self._index = grown
+        self._update_fast()
 
     def _process(self, rows: np.ndarray, outputs: np.ndarray) -> list[Witnesses]:
         config, index, log = self.config, self._index, self._log
@@ -290,9 +324,7 @@ class Monitor:
             query, other, distance = index.query_pairs(rows, config.epsilon)
             other_output = log.get(other)
             if count > 1:  # pairs inside the batch: each later row against the earlier rows of the batch
-                norms = _kernels.canonical_norms(rows) if config.metric == "cosine" else np.ones(count)
-                code = _kernels.METRIC_CODES[config.metric]
-                later, earlier, inner_distance = _kernels.all_pairs_within(rows, norms, config.epsilon, code)
+                later, earlier, inner_distance = self._pairs_within(rows)
                 query = np.concatenate([query, later])
                 other = np.concatenate([other, earlier + first_id])
                 distance = np.concatenate([distance, inner_distance])
@@ -346,15 +378,31 @@ class Monitor:
 
     def _update_fast(self) -> None:
         config = self.config
+        # Not while the history is in the scan index: observe_batch checks when it must move to the grid.
         self._fast = bool(self._index is not None and self._index.fused and self._log is not None and config.output_metric is None
-                          and config.max_history is None and config.max_witnesses is None and config.metric != "cosine")
+                          and config.max_history is None and config.max_witnesses is None and config.metric != "cosine"
+                          and not (config.index == "auto" and self._index.name == "scan"))
         self._fast_dim = self._index.dim if self._index is not None else 0
+        self._finite = self._index.row_is_finite if self._index is not None else _canonical.all_finite
+
+    def _pairs_within(self, rows: np.ndarray):
+        """``(later, earlier, distance)``: the pairs of the batch's rows within ε, grouped by later row."""
+        config = self.config
+        code = _canonical.METRIC_CODES[config.metric]
+        norms = _canonical.canonical_norms(rows) if config.metric == "cosine" else np.ones(rows.shape[0])
+        if self._index.name == "scan":  # a small job: numpy, no compiled kernel to load
+            block = _canonical.pair_block(rows, rows, code, norms, norms)
+            later, earlier = np.nonzero(np.tril(block <= config.epsilon, k=-1))
+            return later.astype(np.int64), earlier.astype(np.int64), block[later, earlier]
+        from assay.monitor import _kernels
+
+        return _kernels.all_pairs_within(rows, norms, config.epsilon, code)
 
     def _different(self, mine: np.ndarray, theirs: np.ndarray) -> np.ndarray:
         if self.config.output_metric is None:
             return mine != theirs
-        code = _kernels.METRIC_CODES[self.config.output_metric]
-        return _kernels.rowwise_distances(mine, theirs, code) > self.config.delta
+        code = _canonical.METRIC_CODES[self.config.output_metric]
+        return _canonical.rowwise_distances(mine, theirs, code) > self.config.delta
 
     def _group(self, first_id, count, query, other, distance) -> list[Witnesses]:
         config = self.config
@@ -401,7 +449,7 @@ class Monitor:
                             f"nothing of this batch was recorded and the {self._next_id} earlier decisions are kept — "
                             "remove or impute the value and observe it again")
         if self.config.metric == "cosine" and rows.shape[0]:
-            zero = np.flatnonzero(_kernels.canonical_norms(np.ascontiguousarray(rows)) == 0)
+            zero = np.flatnonzero(_canonical.canonical_norms(np.ascontiguousarray(rows)) == 0)
             if zero.size:
                 raise DataError(f"decision {zero[0]} of the batch is the zero vector, which has no cosine distance; nothing was recorded")
         return np.ascontiguousarray(rows)

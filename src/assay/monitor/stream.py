@@ -26,8 +26,8 @@ import numpy as np
 
 from assay._validate import check_int
 from assay.errors import DataError, OptionError
-from assay.monitor.frnn import warm_up
 from assay.monitor.monitor import Monitor
+from assay.monitor.warmup import warm_up
 
 __all__ = ["StreamChunk", "read_stream", "StreamRun", "monitor_stream"]
 
@@ -262,7 +262,9 @@ def monitor_stream(source: str, epsilon: float, metric: str = "linf", *, decisio
             (ties: the earlier decision first) in :attr:`StreamRun.top_flagged`.
         progress: called after each batch with the batch's size and the flagged count so far.
 
-    The compiled kernels are loaded before timing starts, on a throwaway monitor. Ctrl-C stops
+    One-off work is done before a batch's clock starts: loading (or compiling once) the compiled
+    kernels of the index, and with ``index="auto"`` moving a grown history from the numpy scan to
+    the grid (:meth:`~assay.monitor.Monitor.prepare`). Ctrl-C stops
     reading and returns what was monitored (``interrupted`` set). Bad input raises the
     :class:`~assay.errors.DataError` of :func:`read_stream` or the monitor; the witness lines
     written before it stay in ``witnesses_out``.
@@ -277,15 +279,12 @@ def monitor_stream(source: str, epsilon: float, metric: str = "linf", *, decisio
     interrupted = False
     started = time.perf_counter()
     handle = open(witnesses_out, "w", encoding="utf-8") if witnesses_out is not None else None
-    warmed = False
     top: list = []  # a min-heap of (count, -decision, record): the most-witnessed flagged decisions
     try:
         for chunk in read_stream(source, decision_column, drop, chunk_size=batch_size, stdin=stdin):
-            if not warmed:  # load the compiled kernels before timing, on a throwaway monitor
-                if metric != "cosine":
-                    warm_up(metric, chunk.features.shape[1])
-                Monitor(epsilon, metric, index=index).observe_batch(chunk.features[:2], chunk.decisions[:2])
-                warmed = True
+            if monitor.index is None and index not in ("auto", "scan"):  # a compiled index: load its kernels untimed
+                warm_up(metric, index)
+            monitor.prepare(len(chunk.features))  # moving to a compiled index: not on the batch's clock
             tic = time.perf_counter()
             found = monitor.observe_batch(chunk.features, chunk.decisions)
             elapsed = time.perf_counter() - tic

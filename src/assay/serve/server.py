@@ -6,12 +6,14 @@ serving them (tests and embedding in another ASGI server).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from assay.serve.app import DEFAULT_MAX_BODY_BYTES, create_app
 from assay.serve.auth import check_bind
 from assay.serve.hub import DEFAULT_SNAPSHOT_EVERY, MonitorHub, MonitorSpec
+from assay.serve.startup import StartingGate, warm_kernels
 from assay.serve.storage import open_store
 
 __all__ = ["serve", "build", "Service"]
@@ -56,9 +58,21 @@ def serve(store: str, *, host: str = "127.0.0.1", port: int = 8000, token: str |
     try:
         if on_ready is not None:
             on_ready(service)
+        # The compiled kernels load (or compile once) beside the listening server: until they are
+        # ready every request, /health included, is answered "503 starting" at once (startup.py).
+        ready = threading.Event()
+        specs = [service.hub.spec(name) for name in service.hub.names()]
+        threading.Thread(target=_warm, args=(specs, ready), name="assay-warmup", daemon=True).start()
         # "auto": uvloop and httptools where installed (they are dependencies on Linux), else asyncio and h11.
-        config = uvicorn.Config(service.app, host=host, port=port, log_level="warning", access_log=False,
-                                lifespan="on", loop="auto", http="auto")
+        config = uvicorn.Config(StartingGate(service.app, ready), host=host, port=port, log_level="warning",
+                                access_log=False, lifespan="on", loop="auto", http="auto")
         uvicorn.Server(config).run()
     finally:
         service.close()
+
+
+def _warm(specs, ready: threading.Event) -> None:
+    try:
+        warm_kernels(specs)
+    finally:
+        ready.set()  # a failed warm-up leaves the kernels to load on first use: serve anyway

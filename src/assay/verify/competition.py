@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from assay.errors import AssayError, DataError, OptionError
+from assay.verify.options import SMALL_NETWORK_PARAMETERS
 from assay.verify.result import VerificationStatus
 
 if TYPE_CHECKING:  # this module stays free of torch at import: the command line reads it
@@ -80,9 +81,6 @@ WORD_FOR_STATUS = {
     VerificationStatus.UNKNOWN: "unknown",
     VerificationStatus.ERROR: "error",
 }
-# Below this many parameters a network's tensors are too small for torch's threads to pay off
-# (and they lose much when the cores are shared): such instances run on one thread.
-SMALL_NETWORK_PARAMETERS = 100_000
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,7 +9,12 @@ from assay._validate import check_choice, check_float, check_int
 from assay.bounds.methods import METHODS
 from assay.errors import OptionError
 
-__all__ = ["VerifyOptions", "INPUT_SPLIT_MAX_INPUTS"]
+__all__ = ["VerifyOptions", "INPUT_SPLIT_MAX_INPUTS", "SMALL_NETWORK_PARAMETERS"]
+
+# Below this many parameters a network's tensors are too small for torch's threads to pay off
+# (and they lose much when the cores are shared): such instances run on one thread.
+# (Here, in a light module, so that the command line reads it without loading numpy or torch.)
+SMALL_NETWORK_PARAMETERS = 100_000
 
 # Input splitting halves one input per step: beyond a handful of inputs ReLU splitting wins.
 INPUT_SPLIT_MAX_INPUTS = 16

@@ -3,8 +3,9 @@
 =========  =====================================  ===============  ======  ================================
 name       class                                  metrics          remove  needs
 =========  =====================================  ===============  ======  ================================
+scan       :class:`ScanIndex`                     all four         yes     numpy only
 brute      :class:`BruteForceIndex`               all four         yes     numba (else plain Python)
-grid       :class:`GridIndex`                     linf, l2, l1     yes
+grid       :class:`GridIndex`                     linf, l2, l1     yes     numba (else plain Python)
 kdtree     :class:`KDTreeIndex`                   all four         yes     scipy
 snn        :class:`SortedProjectionIndex`         linf, l2, l1     yes
 bdd        :class:`BDDIndex`                      linf, l2, l1     yes     dd (CUDD bindings if available)
@@ -16,44 +17,84 @@ Every backend answers ``range_query`` with exactly the stored rows whose canonic
 distance (:mod:`assay.monitor._kernels`) is ≤ the radius, so all agree bit for bit with brute force.
 The protocol — what users, the monitor and a new backend see — is documented on :class:`FrnnIndex`.
 :func:`make_index` builds one by name; ``"auto"`` picks by metric, dimension and size
-(:func:`choose_backend`). ``brute`` and ``grid`` are *fused*: the monitor runs its whole
+(:func:`choose_backend`). ``scan``, ``brute`` and ``grid`` are *fused*: the monitor runs its whole
 query-then-insert loop for a batch (:meth:`FrnnIndex.observe_rows`) or one decision
-(:meth:`FrnnIndex.observe_row`) in one compiled call.
+(:meth:`FrnnIndex.observe_row`) in one call (compiled for brute and grid, whole-array numpy for scan).
+A backend's module, and what it needs, is imported when the backend is first looked up
+(``BACKENDS[name]``, :func:`make_index`), so a job loads only its own backend.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
+from assay._lazy import lazy_names
 from assay.errors import OptionError
 from assay.monitor.frnn._base import FrnnIndex
-from assay.monitor.frnn.bdd import BDDIndex
-from assay.monitor.frnn.brute import BruteForceIndex
-from assay.monitor.frnn.faiss_flat import FaissFlatIndex
-from assay.monitor.frnn.grid import GridIndex
-from assay.monitor.frnn.kdtree import KDTreeIndex
-from assay.monitor.frnn.partition import ColumnPartitionIndex
-from assay.monitor.frnn.snn import SortedProjectionIndex
 
 __all__ = [
-    "FrnnIndex", "BruteForceIndex", "KDTreeIndex", "SortedProjectionIndex", "GridIndex", "BDDIndex",
+    "FrnnIndex", "ScanIndex", "BruteForceIndex", "KDTreeIndex", "SortedProjectionIndex", "GridIndex", "BDDIndex",
     "ColumnPartitionIndex", "FaissFlatIndex", "BACKENDS", "make_index", "choose_backend", "warm_up",
 ]
 
-BACKENDS: dict[str, type[FrnnIndex]] = {
-    "brute": BruteForceIndex,
-    "grid": GridIndex,
-    "kdtree": KDTreeIndex,
-    "snn": SortedProjectionIndex,
-    "bdd": BDDIndex,
-    "partition": ColumnPartitionIndex,
-    "faiss": FaissFlatIndex,
+# Where each backend lives: a backend's module (and what it needs: numba, scipy, dd, faiss) is
+# imported when the backend is first used, so that a job loads only its own backend.
+_HOMES = {
+    "ScanIndex": "assay.monitor.frnn.scan",
+    "BruteForceIndex": "assay.monitor.frnn.brute",
+    "GridIndex": "assay.monitor.frnn.grid",
+    "KDTreeIndex": "assay.monitor.frnn.kdtree",
+    "SortedProjectionIndex": "assay.monitor.frnn.snn",
+    "BDDIndex": "assay.monitor.frnn.bdd",
+    "ColumnPartitionIndex": "assay.monitor.frnn.partition",
+    "FaissFlatIndex": "assay.monitor.frnn.faiss_flat",
 }
+__getattr__, __dir__ = lazy_names(__name__, _HOMES)
+
+_CLASS_OF = {
+    "scan": "ScanIndex",
+    "brute": "BruteForceIndex",
+    "grid": "GridIndex",
+    "kdtree": "KDTreeIndex",
+    "snn": "SortedProjectionIndex",
+    "bdd": "BDDIndex",
+    "partition": "ColumnPartitionIndex",
+    "faiss": "FaissFlatIndex",
+}
+
+
+class _Backends(Mapping):
+    """Backend name → index class; a class (and its module's dependencies) is imported when first looked up."""
+
+    def __getitem__(self, name: str) -> type[FrnnIndex]:
+        return __getattr__(_CLASS_OF[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_CLASS_OF)
+
+    def __len__(self) -> int:
+        return len(_CLASS_OF)
+
+    def __contains__(self, name: object) -> bool:
+        return name in _CLASS_OF
+
+    def __repr__(self) -> str:
+        return f"BACKENDS({', '.join(_CLASS_OF)})"
+
+
+#: The backends by name (a read-only mapping to their classes, imported on first lookup).
+BACKENDS: Mapping[str, type[FrnnIndex]] = _Backends()
 
 #: Backends whose constructor takes the monitor's ε (their cells are multiples of it).
 _TAKES_EPSILON = ("grid", "bdd", "partition")
 
 
 def choose_backend(metric: str, dim: int, size: int | None = None) -> str:
-    """The backend ``index="auto"`` uses for this metric, dimension and expected size.
+    """The compiled backend ``index="auto"`` uses for this metric, dimension and expected size.
+
+    (A :class:`~assay.monitor.Monitor` with ``index="auto"`` keeps its first
+    :data:`~assay.monitor.frnn.scan.SCAN_LIMIT` decisions in the numpy ``scan`` index, which
+    needs nothing compiled, and then moves them to this backend.)
 
     L∞, L1 and L2: the hash grid. It is a cost-model choice itself: while the history is small
     (or when no set of columns separates the rows, e.g. very wide rows or a radius spanning the
@@ -81,21 +122,16 @@ def make_index(name: str, dim: int, metric: str, epsilon: float, **options) -> F
 
 
 def warm_up(metric: str = "linf", dim: int = 3) -> None:
-    """Compile (or load from numba's cache) the kernels a monitor uses, so that the first decisions are not slow.
+    """Compile (or load from numba's cache) the grid's and brute force's kernels, range queries included.
 
-    Runs a tiny grid and brute-force index through insertion, a refit and queries.
+    For benchmarks that time every backend; a monitor needs less (:func:`assay.monitor.warmup.warm_up`).
     """
     import numpy as np
 
-    from assay.monitor import _kernels
+    from assay.monitor.warmup import warm_up as warm_monitor
 
-    rng = np.random.default_rng(0)
-    _kernels.all_finite(rng.random(dim))
-    rows = rng.random((8, dim))
-    for index in (GridIndex(dim, metric, 0.1, min_fit=4) if metric in GridIndex.metrics else None, BruteForceIndex(dim, metric)):
-        if index is None:
-            continue
-        ids = np.arange(8, dtype=np.int64)
-        index.observe_rows(rows, ids, ids % 2, True, -1, False, 0.1)
-        index.observe_row(rows[0], 8, 0, False, 0.1)
-        index.range_query(rows[:2], 0.1)
+    for name in ("grid", "brute") if metric in ("linf", "l2", "l1") else ("brute",):
+        warm_monitor(metric, name)
+        index = make_index(name, dim, metric, 0.1)
+        index.add(np.random.default_rng(0).random((4, dim)), np.arange(4))
+        index.range_query(np.zeros((2, dim)), 0.1)

@@ -43,7 +43,7 @@ from typing import ClassVar
 import numpy as np
 
 from assay.errors import DataError, OptionError
-from assay.monitor import _kernels
+from assay.monitor import _canonical
 
 __all__ = ["FrnnIndex", "RowStore", "assemble"]
 
@@ -95,7 +95,7 @@ class RowStore:
         self.data[start : start + count] = rows
         self.ids[start : start + count] = ids
         self.alive[start : start + count] = True
-        self.norms[start : start + count] = _kernels.canonical_norms(rows) if self.with_norms else 1.0
+        self.norms[start : start + count] = _canonical.canonical_norms(rows) if self.with_norms else 1.0
         self.tags[start : start + count] = 0 if tags is None else tags
         self.size += count
         self.live += count
@@ -175,7 +175,7 @@ class FrnnIndex:
             raise OptionError(f"the {self.name} index supports the metrics {listed}; got {metric!r}")
         self.dim = int(dim)
         self.metric = metric
-        self._code = _kernels.METRIC_CODES[metric]
+        self._code = _canonical.METRIC_CODES[metric]
         self._store = RowStore(self.dim, with_norms=metric == "cosine")
 
     def __len__(self) -> int:
@@ -199,7 +199,7 @@ class FrnnIndex:
             raise DataError(f"row {bad} of {what} has NaN or infinite values; remove or impute them")
         rows = np.ascontiguousarray(rows)
         if self.metric == "cosine":
-            norms = _kernels.canonical_norms(rows)
+            norms = _canonical.canonical_norms(rows)
             if np.any(norms == 0):
                 bad = int(np.flatnonzero(norms == 0)[0])
                 raise DataError(f"row {bad} of {what} is the zero vector, which has no cosine distance")
@@ -230,7 +230,7 @@ class FrnnIndex:
         radius = float(radius)
         if not (radius >= 0 and np.isfinite(radius)):
             raise OptionError(f"the radius of a range query must be a finite number ≥ 0; got {radius!r}")
-        query_norms = _kernels.canonical_norms(queries) if self.metric == "cosine" else np.ones(queries.shape[0])
+        query_norms = _canonical.canonical_norms(queries) if self.metric == "cosine" else np.ones(queries.shape[0])
         count = queries.shape[0]
         if self._store.live == 0 or count == 0:
             return np.zeros(count + 1, dtype=np.int64), np.empty(0), np.empty(0, dtype=np.int64)
@@ -253,7 +253,7 @@ class FrnnIndex:
         if self._store.live == 0:
             empty = np.empty(0, dtype=np.int64)
             return empty, empty, np.empty(0)
-        query_norms = _kernels.canonical_norms(queries) if self.metric == "cosine" else np.ones(queries.shape[0])
+        query_norms = _canonical.canonical_norms(queries) if self.metric == "cosine" else np.ones(queries.shape[0])
         query, position, distance = self._candidates(queries, query_norms, radius)
         return query, self._store.ids[position], distance
 
@@ -300,6 +300,19 @@ class FrnnIndex:
         """The live rows and their ids (float64 (n, dim), int64 (n,)), oldest first."""
         return self._store.compacted()
 
+    def export_tagged(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`export` and the rows' int64 tags: what :meth:`add_rows` takes to move the history to another index."""
+        rows, ids = self._store.compacted()
+        return rows, ids, self._store.compacted_tags()
+
+    @staticmethod
+    def row_is_finite(row: np.ndarray) -> bool:
+        """True only if every value of the 1-D float64 ``row`` is finite (the monitor's single-decision check).
+
+        May say False for a finite row (the caller then takes its careful path), never True wrongly.
+        """
+        return _canonical.all_finite(row)
+
     # -- helpers for subclasses -------------------------------------------------------------
     def _compact(self) -> None:
         tags = self._store.compacted_tags()
@@ -311,6 +324,8 @@ class FrnnIndex:
 
     def _verify_slice(self, queries, query_norms, radius, start: int, end: int):
         """Brute-force check of the positions ``start:end`` against every query."""
+        from assay.monitor import _kernels  # compiled: loaded by the backends that scan this way
+
         count = queries.shape[0]
         store = self._store
         return _kernels.verify_ranges(

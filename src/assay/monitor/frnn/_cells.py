@@ -29,7 +29,7 @@ import numpy as np
 
 from assay.monitor._kernels import _distance, _grow, njit
 
-__all__ = ["observe_rows", "query_rows", "rebuild", "insert_rows", "choose_cells", "row_keys"]
+__all__ = ["observe_rows", "by_position", "query_rows", "rebuild", "insert_rows", "choose_cells", "row_keys"]
 
 _CLIP = 2.0**40
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -123,10 +123,9 @@ def _search(query, query_norm, radius, metric, data, norms, alive, ids, tags, us
     """Append the rows within ``radius`` of ``query`` (and passing the tag / id filters) to the outputs.
 
     Returns ``(out_position, out_distance, count)``; outputs grow as needed. The rows found by
-    this call are sorted by position.
+    this call are in position order when it scans (no hashed column), else in bucket order.
     """
     k = cols.shape[0]
-    start = count
     probes = 1.0
     # |x_lead − q_lead| > r(1 + 1e-12) proves d > r for L∞, L1 and L2 (see the module docstring).
     lead_value = query[lead]
@@ -217,12 +216,8 @@ def _search(query, query_norm, radius, metric, data, norms, alive, ids, tags, us
             j += 1
         if j == k:
             break
-    if count - start > 1:
-        order = np.argsort(out_position[start:count])
-        positions = out_position[start:count][order]
-        distances = out_distance[start:count][order]
-        out_position[start:count] = positions
-        out_distance[start:count] = distances
+    # Rows found through the cells come in bucket order; the caller sorts them by position (a
+    # sort compiled here would add seconds to every first compile, for a few rows per query).
     return out_position, out_distance, count
 
 
@@ -262,7 +257,8 @@ def observe_rows(rows, row_ids, row_tags, use_tags, window, count_only, radius, 
     the batch) whose tag differs from ``row_tags[i]`` (when ``use_tags``) and whose id is ≥
     ``row_ids[i] − window`` (when ``window`` ≥ 0). The caller has reserved room for the rows in
     the store and the table. Returns ``(counts, positions, distances, new_buckets)``: per row the
-    number of witnesses, and (unless ``count_only``) their positions (ascending) and distances,
+    number of witnesses, and (unless ``count_only``) their positions (ascending when no column is
+    hashed, else in bucket order: :func:`by_position` sorts them) and distances,
     concatenated row after row.
     """
     k = cols.shape[0]
@@ -304,6 +300,14 @@ def observe_rows(rows, row_ids, row_tags, use_tags, window, count_only, radius, 
             buckets += _insert(_key(row, cols, widths, shifts, mults), position, table, next_in_cell, mask)
         size += 1
     return counts, out_position[:count], out_distance[:count], buckets
+
+
+def by_position(counts: np.ndarray, positions: np.ndarray, distances: np.ndarray):
+    """Sort each row's witnesses (``counts[i]`` consecutive entries per row) by position; numpy, not compiled."""
+    if positions.size < 2:
+        return positions, distances
+    order = np.lexsort((positions, np.repeat(np.arange(counts.size), counts)))
+    return positions[order], distances[order]
 
 
 @njit(cache=True)

@@ -1,0 +1,83 @@
+"""The light commands load only what their job needs: each runs in a fresh interpreter and its ``sys.modules`` is checked.
+
+``assay --help``, a small ``assay monitor`` job and ``assay serve`` (up to the point where it would
+listen, compiled kernels loaded) must not import torch, scipy.optimize, networkx, dd or the
+k-d tree, BDD, partition and faiss backends. A small monitor job does not load numba either: it
+runs in the numpy scan index. (Timings are measured by benchmarks/startup.py, never asserted.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+# Heavy modules that none of these commands needs (each costs from 0.1 s to seconds to import).
+HEAVY = ("torch", "scipy.optimize", "scipy.spatial", "networkx", "dd", "faiss", "sklearn", "onnx", "onnxruntime",
+         "assay.monitor.frnn.kdtree", "assay.monitor.frnn.bdd", "assay.monitor.frnn.partition",
+         "assay.monitor.frnn.faiss_flat", "assay.nn", "assay.bounds.crown", "assay.verify.verifier")
+
+# Runs the assay app in-process on argv, then writes the names of the loaded modules to a file.
+# `assay serve` stops where it would start listening (uvicorn's run is replaced), after its
+# kernel warm-up thread has finished.
+DRIVER = """
+import json, sys, threading
+out, argv = sys.argv[1], sys.argv[2:]
+if argv[:1] == ["serve"]:
+    import uvicorn
+    uvicorn.Server.run = lambda self, sockets=None: None
+from assay.cli.main import app
+try:
+    app(argv, prog_name="assay")
+except SystemExit as exit_:
+    if exit_.code not in (0, None):
+        raise
+for thread in threading.enumerate():
+    if thread.name == "assay-warmup":
+        thread.join()
+json.dump(sorted(sys.modules), open(out, "w"))
+"""
+
+
+def loaded_modules(tmp_path: Path, *argv: str) -> set[str]:
+    out = tmp_path / "modules.json"
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    done = subprocess.run([sys.executable, "-c", DRIVER, str(out), *argv], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(out.read_text()))
+
+
+def heavy_in(modules: set[str], extra: tuple[str, ...] = ()) -> list[str]:
+    return sorted(name for name in HEAVY + extra if name in modules)
+
+
+def test_help_loads_neither_numpy_nor_heavy_modules(tmp_path):
+    modules = loaded_modules(tmp_path, "--help")
+    assert heavy_in(modules, ("numpy", "numba")) == []
+
+
+def test_small_monitor_job_loads_no_compiled_kernels(tmp_path):
+    rng = np.random.default_rng(0)
+    rows = rng.random((300, 5))
+    stream = tmp_path / "stream.csv"
+    stream.write_text("a,b,c,d,e,prediction\n" + "".join(",".join(f"{v:.4f}" for v in row) + f",{i % 2}\n"
+                                                           for i, row in enumerate(rows)))
+    modules = loaded_modules(tmp_path, "monitor", str(stream), "--epsilon", "0.05")
+    assert "assay.monitor.frnn.scan" in modules  # the job ran
+    assert heavy_in(modules, ("numba", "llvmlite", "assay.monitor._kernels")) == []
+
+
+@pytest.mark.requires("fastapi", "uvicorn")
+def test_serve_loads_the_grid_kernels_and_nothing_heavy(tmp_path):
+    modules = loaded_modules(tmp_path, "serve", "--epsilon", "0.1", "--store", f"sqlite:///{tmp_path / 'store.db'}",
+                             "--port", "8765")
+    assert "assay.monitor.frnn._cells" in modules  # the warm-up ran before serving
+    assert heavy_in(modules) == []
