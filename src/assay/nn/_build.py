@@ -58,8 +58,11 @@ class LayerBuilder:
     messages.
     """
 
-    def __init__(self, input_shape: tuple[int, ...], lower_maxpool: bool = True):
+    def __init__(self, input_shape: tuple[int, ...], lower_maxpool: bool = True, affine_layers: bool = False):
         self.lower_maxpool = lower_maxpool  # False: MaxPool stays one MaxPool2d layer (a `pooled` twin)
+        # True (general graphs): an unfoldable element-wise map on a vector is an Affine layer, not a
+        # diagonal Linear (whose n² weights a 23,328-entry vector cannot afford)
+        self.affine_layers = affine_layers
         self.shape = tuple(int(d) for d in input_shape)
         self.layers: list = []
         self.sources: list[tuple[int, ...]] = []
@@ -292,11 +295,11 @@ class LayerBuilder:
             return
         scale, shift = self._pending
         self._pending = None
-        if len(self.shape) == 1:
+        if len(self.shape) == 1 and not self.affine_layers:
             self._append(Linear(np.diag(scale), shift), where)
             return
         per_channel = self._per_channel(scale, shift)
-        if per_channel is None:  # differs between positions: a layer of its own
+        if per_channel is None or self.affine_layers:  # a layer of its own
             self._append(Affine(scale, shift), where)
             return
         s, t = per_channel

@@ -149,7 +149,7 @@ class _Converter:
     def __init__(self, model, name: str):
         from onnx import numpy_helper
 
-        self.graph, self.name = model.graph, name
+        self.model, self.graph, self.name = model, model.graph, name
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
         try:
             self.constants = {i.name: numpy_helper.to_array(i) for i in self.graph.initializer}
@@ -187,7 +187,7 @@ class _Converter:
             self.lead, shape, self.batch_dim = 1, dims[1:], dims[0]
         shape = self._resolve_shape(graph_input.name, shape, input_shape)
 
-        self.builder = LayerBuilder(shape, lower_maxpool)
+        self.builder = LayerBuilder(shape, lower_maxpool, affine_layers=needs_folding(self.model))
         self.current = graph_input.name
         self.tensors = {graph_input.name: 0}  # activation names other nodes may read → tensor index
         output_name = graph.output[0].name

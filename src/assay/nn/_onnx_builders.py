@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from assay.errors import ModelLoadError, UnsupportedOperatorError
+from assay.nn.layers import Reshape
 from assay.nn.ops import (
     Binary,
     Clip,
@@ -37,7 +38,6 @@ from assay.nn.ops import (
     Softmax,
     Transpose,
 )
-from assay.nn.layers import Reshape
 from assay.nn.ops.activation import ELEMENTWISE
 
 __all__ = ["BUILDERS", "BatchAxisError", "builds"]
