@@ -74,3 +74,25 @@ def onnxruntime_outputs(model, x: np.ndarray, input_shape: tuple[int, ...]) -> n
     if int(np.prod(shape)) != size:
         raise ModelLoadError(f"a network input of shape {input_shape} does not fit the graph's input {dims}")
     return np.stack([np.asarray(session.run(None, {name: row.reshape(shape)})[0]).reshape(-1) for row in x])
+
+
+def deviation_from_onnxruntime(network, model, x: np.ndarray) -> dict:
+    """How far ``network``'s float64 forward pass is from onnxruntime on the inputs ``x``.
+
+    The reference is onnxruntime on a float64 copy of ``model`` (:func:`as_double`) where it has
+    double kernels for every operator; otherwise onnxruntime on the model as it is (float32),
+    whose own rounding then dominates the deviation. Returns ``{"reference": "float64" |
+    "float32", "max_abs": ..., "scale": max(1, max |reference output|), "relative": max_abs / scale}``.
+    """
+    import onnxruntime as ort
+
+    x = np.asarray(x, dtype=np.float64)
+    got = network.forward(x, "float64").numpy().reshape(len(x), -1)
+    try:
+        expected, reference = onnxruntime_outputs(as_double(model), x, network.input_shape), "float64"
+    except (ort.capi.onnxruntime_pybind11_state.NotImplemented, ort.capi.onnxruntime_pybind11_state.Fail,
+            ort.capi.onnxruntime_pybind11_state.InvalidGraph):
+        expected, reference = onnxruntime_outputs(model, x.astype(np.float32), network.input_shape), "float32"
+    max_abs = float(np.abs(got - expected).max())
+    scale = max(1.0, float(np.abs(expected).max()))
+    return {"reference": reference, "max_abs": max_abs, "scale": scale, "relative": max_abs / scale}
