@@ -17,6 +17,17 @@ Contract:
   ``(batch, -1)``, ``BatchNormalization`` (inference), ``Identity``, ``Dropout`` (inference:
   ignored), ``Constant``. Any other operator raises :class:`UnsupportedOperatorError` naming the
   operator, the node and the file.
+* General graphs (issue 32): the operators of :data:`assay.nn._onnx_builders.BUILDERS`
+  (sigmoid, tanh, sin, softmax, products, shape operators, ...) load as layers of
+  :mod:`assay.nn.ops`, and the cases above that the ReLU-network path refuses (``Reshape`` to any
+  shape, ``MatMul`` with a constant on either side or of two tensors, ``Add``/``Sub``/``Mul``/``Div``
+  of two tensors or with a constant that broadcasts the tensor, N-d and asymmetrically padded
+  ``Conv``, any constant ``Pad``) go there too. A graph with any operator outside the
+  ReLU-network set is first folded (:mod:`assay.nn._onnx_fold`: shape subgraphs become
+  constants). An operator that would act on the batch dimension raises a ``BatchAxisError``
+  (an :class:`UnsupportedOperatorError` naming the node); when the graph's first input
+  dimension is fixed, the graph is then read again as computing on one sample whose shape keeps
+  that dimension (``(1, 22)``, ``(12, 8)``).
 * Elementwise affine maps (``Sub``, ``Div``, ``Mul``, ``Add``, ``BatchNormalization``) are folded
   into the neighbouring ``Linear``/``Conv2d`` (see :mod:`assay.nn._build`); the result is exact in
   real arithmetic, computed in float64.
@@ -67,26 +78,27 @@ def load_onnx(source, input_shape=None) -> Network:
         onnx.checker.check_model(model)
     except Exception as exc:  # onnx raises ValidationError and, for odd protos, other errors
         raise ModelLoadError(f"{name} is not a valid ONNX model ({exc}); re-export it from its framework") from exc
-    if needs_folding(model):
-        graph_input, dims = _graph_input(model, name)
+    graph_input, dims = _graph_input(model, name) if needs_folding(model) else (None, None)
+    if dims is not None:
         model = fold_constants(model, graph_input.name, dims, name)
-    network = _run(model, name, input_shape)
+    network = _run(model, name, input_shape, dims)
     if any(node.op_type == "MaxPool" for node in model.graph.node):
         # The same graph with each MaxPool kept whole: its bounds are far tighter (see Network.pooled).
-        pooled = _run(model, name, input_shape, lower_maxpool=False)
+        pooled = _run(model, name, input_shape, dims, lower_maxpool=False)
         network = replace(network, pooled=pooled)
     return network
 
 
-def _run(model, name: str, input_shape, lower_maxpool: bool = True) -> Network:
-    """Convert with a leading batch dimension; a graph whose first input dimension is fixed (after
-    folding, a symbolic batch is fixed to 1) and that acts on it (``Transpose(perm=[1, 0])`` of a
-    ``(1, n)`` row, ``Reshape`` of a ``(12, 8)`` input to ``(1, 12, 8)``) computes on one sample
-    whose shape keeps that dimension, and is converted again that way."""
+def _run(model, name: str, input_shape, dims_before_folding, lower_maxpool: bool = True) -> Network:
+    """Convert with a leading batch dimension; a graph whose first input dimension is fixed (in
+    the file, not by the folding) and that acts on it (``Transpose(perm=[1, 0])`` of a ``(1, n)``
+    row, ``Reshape`` of a ``(12, 8)`` input to ``(1, 12, 8)``) computes on one sample whose shape
+    keeps that dimension, and is converted again that way."""
     try:
         return _Converter(model, name).run(input_shape, lower_maxpool)
     except BatchAxisError:
         _, dims = _graph_input(model, name)
+        dims = dims_before_folding or dims
         if len(dims) < 2 or dims[0] is None or input_shape is not None:
             raise
         return _Converter(model, name).run(None, lower_maxpool, batch_free=True)
