@@ -154,6 +154,18 @@ def test_bound_methods_refuse_an_operator_without_a_rule_in_one_line(rng, tmp_pa
     assert "Linear, Conv2d, ReLU" in message  # what is supported
 
 
+@pytest.mark.parametrize("strategy", ["input", "relu"])
+def test_verify_refuses_an_operator_without_a_bound_rule_before_searching(rng, tmp_path, strategy):
+    """Even where an attack would find a counterexample at once (every output satisfies the spec's
+    complement), verify ends in the engine's one-line error: its answers rest on the engine."""
+    from assay.sets import Box, argmax_is
+    from assay.verify import verify
+
+    network = load(sigmoid_network_file(rng, tmp_path))
+    with pytest.raises(UnsupportedOperatorError, match="layer 1, a Sigmoid"):
+        verify(network, Box(torch.zeros(3), torch.ones(3)), argmax_is(0, 2), strategy=strategy, timeout=10)
+
+
 # ---------------------------------------------------------------------- vnncomp2024
 # One or two networks per benchmark (~30 s in all); benchmarks/vnncomp2024_loading.py checks
 # every network of every benchmark and writes the README's table.

@@ -192,10 +192,7 @@ class Plan:
                 self.stages.append(AffineStage(index, "flatten", in_shape, out_shape, None, None, None, None, 1, False,
                                                reads))
             else:  # a general operator (assay.nn.ops) without a bound rule yet
-                raise UnsupportedOperatorError(
-                    f"{network.source}: bound propagation has no rule for layer {index}, a {type(layer).__name__} "
-                    f"operator; layers with bound rules: {SUPPORTED}"
-                )
+                require_bound_rules(network)
         self.relu_positions = [i for i, s in enumerate(self.stages) if isinstance(s, ReluStage)]
         self.is_chain = network.is_chain
         self.has_maxpool = any(isinstance(s, MaxPoolStage) for s in self.stages)
@@ -222,6 +219,18 @@ class Plan:
             raise UnsupportedOperatorError(
                 f"{what} does not support MaxPool2d layers ({self.network.source}); use the network as loaded "
                 "(MaxPool lowered to ReLUs), not its `pooled` twin"
+            )
+
+
+def require_bound_rules(network: Network) -> None:
+    """Raise the engine's one-line :class:`UnsupportedOperatorError` now if ``network`` has a layer
+    without a bound rule (what building its :class:`Plan` would raise), for analyses that would
+    otherwise run an attack or a forward pass before their first bound."""
+    for index, layer in enumerate(network.layers):
+        if not isinstance(layer, BOUND_RULE_LAYERS):
+            raise UnsupportedOperatorError(
+                f"{network.source}: bound propagation has no rule for layer {index}, a {type(layer).__name__} "
+                f"operator; layers with bound rules: {SUPPORTED}"
             )
 
 

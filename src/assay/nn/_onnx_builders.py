@@ -231,7 +231,7 @@ def _reduce(graph, node, attrs, where):
     axes = _ints(graph, node, 1, attrs, "axes")
     if not axes:
         if attrs.get("noop_with_empty_axes", 0):
-            graph.emit(Slice([], [], [], []), [name], node.output[0], where)
+            graph.emit(Reshape(graph.shape(name)), [name], node.output[0], where)  # reduces nothing
             return
         raise BatchAxisError(f"{where}: {node.op_type} over every axis reduces the batch dimension")
     axes = [graph.axis(a + rank if a < 0 else a, name, where) for a in axes]

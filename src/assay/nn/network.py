@@ -1,4 +1,4 @@
-"""`Network`: the one representation of a ReLU network that every analysis reads."""
+"""`Network`: the one representation of a network (a graph of layers) that every analysis reads."""
 
 from __future__ import annotations
 
