@@ -5,6 +5,7 @@ have no rule for in one line; the vnncomp2024 networks match onnxruntime."""
 from __future__ import annotations
 
 import gzip
+import inspect
 from pathlib import Path
 
 import numpy as np
@@ -201,3 +202,16 @@ def test_vnncomp2024_network_matches_onnxruntime(data_dir, name):
     model = onnx.load_model_from_string(gzip.decompress(path.read_bytes()))
     deviation = deviation_from_onnxruntime(network, model, x.reshape(100, *network.input_shape))
     assert deviation["relative"] <= TOLERANCE, deviation
+
+
+def test_every_operator_is_documented_and_registered_by_its_onnx_name():
+    import assay.nn.ops as ops
+    from assay.nn._onnx_builders import BUILDERS
+
+    for name in ops.__all__:
+        cls = getattr(ops, name)
+        assert inspect.getdoc(cls), name
+        assert name == "Operator" or issubclass(cls, ops.Operator), name
+    for op_type in ("Sigmoid", "Softmax", "Slice", "Split", "Gather", "Concat", "Transpose", "ReduceSum", "ReduceMean",
+                    "Resize", "Upsample", "ConvTranspose", "Min", "Max", "Clip", "Pow", "LeakyRelu", "Sign", "Sin"):
+        assert op_type in BUILDERS, op_type
