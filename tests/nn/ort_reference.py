@@ -5,21 +5,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import TensorProto, numpy_helper
 
-
-def as_double(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The same graph computing in float64 (initializers, inputs and outputs converted)."""
-    model = onnx.ModelProto.FromString(model.SerializeToString())
-    graph = model.graph
-    for index, init in enumerate(graph.initializer):
-        array = numpy_helper.to_array(init)
-        if array.dtype == np.float32:
-            graph.initializer[index].CopyFrom(numpy_helper.from_array(array.astype(np.float64), init.name))
-    for value in (*graph.input, *graph.output, *graph.value_info):
-        if value.type.tensor_type.elem_type == TensorProto.FLOAT:
-            value.type.tensor_type.elem_type = TensorProto.DOUBLE
-    return model
+from assay.nn.reference import as_double
 
 
 def ort_outputs(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:

@@ -27,7 +27,10 @@ from assay.errors import UnsupportedOperatorError
 from assay.nn.layers import Add, AvgPool2d, Conv2d, Flatten, Linear, MaxPool2d, ReLU, Reshape
 from assay.nn.network import Network
 
-SUPPORTED = "Linear, Conv2d, ReLU, AvgPool2d, MaxPool2d, Flatten, Reshape, Add"
+# the layer types the engine has rules for; any other layer (assay.nn.ops) ends a bound method in
+# one UnsupportedOperatorError naming it
+BOUND_RULE_LAYERS = (Linear, Conv2d, ReLU, AvgPool2d, MaxPool2d, Flatten, Reshape, Add)
+SUPPORTED = ", ".join(layer.__name__ for layer in BOUND_RULE_LAYERS)
 
 
 @dataclass(frozen=True, eq=False)
@@ -188,10 +191,8 @@ class Plan:
             elif isinstance(layer, (Flatten, Reshape)):  # a pure reshape: out_shape says which
                 self.stages.append(AffineStage(index, "flatten", in_shape, out_shape, None, None, None, None, 1, False,
                                                reads))
-            else:  # pragma: no cover - Network validates its layers
-                raise UnsupportedOperatorError(
-                    f"bound propagation does not support layer {index} ({type(layer).__name__}); supported: {SUPPORTED}"
-                )
+            else:  # a general operator (assay.nn.ops) without a bound rule yet
+                require_bound_rules(network)
         self.relu_positions = [i for i, s in enumerate(self.stages) if isinstance(s, ReluStage)]
         self.is_chain = network.is_chain
         self.has_maxpool = any(isinstance(s, MaxPoolStage) for s in self.stages)
@@ -218,6 +219,18 @@ class Plan:
             raise UnsupportedOperatorError(
                 f"{what} does not support MaxPool2d layers ({self.network.source}); use the network as loaded "
                 "(MaxPool lowered to ReLUs), not its `pooled` twin"
+            )
+
+
+def require_bound_rules(network: Network) -> None:
+    """Raise the engine's one-line :class:`UnsupportedOperatorError` now if ``network`` has a layer
+    without a bound rule (what building its :class:`Plan` would raise), for analyses that would
+    otherwise run an attack or a forward pass before their first bound."""
+    for index, layer in enumerate(network.layers):
+        if not isinstance(layer, BOUND_RULE_LAYERS):
+            raise UnsupportedOperatorError(
+                f"{network.source}: bound propagation has no rule for layer {index}, a {type(layer).__name__} "
+                f"operator; layers with bound rules: {SUPPORTED}"
             )
 
 

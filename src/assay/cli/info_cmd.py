@@ -12,9 +12,21 @@ from assay.cli._common import console, load_network, parse_shape
 __all__ = ["info", "describe"]
 
 
-def describe(network) -> dict:
-    """The JSON form of ``assay info``: names, shapes, one row per layer, totals."""
+def describe(network, model_path=None) -> dict:
+    """The JSON form of ``assay info``: names, shapes, one row per layer, totals; for an ONNX
+    file also its operators (``{op_type: count}``) and the network's layer kinds that the bound
+    engine has no rule for yet."""
+    from assay.bounds.plan import BOUND_RULE_LAYERS
+
+    operators = None
+    if model_path is not None and ".onnx" in Path(model_path).name.lower():
+        from assay.nn._onnx import operator_counts
+
+        operators = operator_counts(model_path)
     return {
+        "onnx_operators": operators,
+        "layers_without_bound_rules": sorted({type(layer).__name__ for layer in network.layers
+                                              if not isinstance(layer, BOUND_RULE_LAYERS)}),
         "source": str(network.source),
         "input": {"name": network.input_name, "shape": list(network.input_shape)},
         "output": {"name": network.output_name, "shape": list(network.output_shape)},
@@ -38,7 +50,7 @@ def info(
 ) -> None:
     """Show the layers, shapes, parameter count and input/output names of a model."""
     network = load_network(model, parse_shape(input_shape))
-    facts = describe(network)
+    facts = describe(network, model)
     if json_output:
         typer.echo(json.dumps(facts, indent=2))
         return
@@ -62,6 +74,11 @@ def info(
                       f"{row['parameters']:,}")
     out.print(table)
     out.print(f"{len(facts['layers'])} layers, {facts['parameters']:,} parameters, {facts['relu_neurons']:,} ReLU neurons")
+    if facts["onnx_operators"]:
+        out.print("ONNX operators  " + ", ".join(f"{op} ×{count}" for op, count in facts["onnx_operators"].items()))
+    missing = facts["layers_without_bound_rules"]
+    out.print("bound rules     " + (f"none yet for {', '.join(missing)} (assay bounds/verify refuse this network)"
+                                    if missing else "every layer has one"))
     if network.pooled is not None:
         kept = " → ".join(row["layer"] for row in facts["pooled_layers"])
         out.print(f"MaxPool is lowered to ReLUs above (exact); bounds also use it whole: {kept} "

@@ -20,8 +20,7 @@ can be folded exactly:
   after the shift);
 * before a ReLU, a pooling layer or the end of the model a pending map that could not be folded
   becomes an explicit layer: ``Linear(diag(s), t)`` on vectors, a depthwise 1x1 ``Conv2d`` on
-  images with a per-channel map. A per-pixel map on an image that cannot be folded raises
-  :class:`UnsupportedOperatorError`.
+  images with a per-channel map; any other map becomes an :class:`assay.nn.ops.Affine` layer.
 
 Once a tensor is materialized (read by several nodes, or left for another branch) nothing is
 folded into the layers that computed it any more.
@@ -40,6 +39,7 @@ import torch
 
 from assay.errors import ModelLoadError, UnsupportedOperatorError
 from assay.nn.layers import Add, AvgPool2d, Conv2d, Flatten, Linear, MaxPool2d, ReLU, Reshape
+from assay.nn.ops.arith import Affine
 
 __all__ = ["LayerBuilder"]
 
@@ -58,8 +58,11 @@ class LayerBuilder:
     messages.
     """
 
-    def __init__(self, input_shape: tuple[int, ...], lower_maxpool: bool = True):
+    def __init__(self, input_shape: tuple[int, ...], lower_maxpool: bool = True, affine_layers: bool = False):
         self.lower_maxpool = lower_maxpool  # False: MaxPool stays one MaxPool2d layer (a `pooled` twin)
+        # True (general graphs): an unfoldable element-wise map on a vector is an Affine layer, not a
+        # diagonal Linear (whose n² weights a 23,328-entry vector cannot afford)
+        self.affine_layers = affine_layers
         self.shape = tuple(int(d) for d in input_shape)
         self.layers: list = []
         self.sources: list[tuple[int, ...]] = []
@@ -262,6 +265,11 @@ class LayerBuilder:
             self._append(Reshape(self.shape), where)
         return list(self.layers)
 
+    def append(self, layer, sources: tuple[int, ...], where: str) -> None:
+        """Append a general operator (:mod:`assay.nn.ops`) reading the materialized tensors ``sources``."""
+        self._emit_pending(where)
+        self._append(layer, where, sources)
+
     # ------------------------------------------------------------------ helpers
     def _append(self, layer, where: str, sources: tuple[int, ...] | None = None) -> None:
         sources = (self.current,) if sources is None else sources
@@ -287,15 +295,13 @@ class LayerBuilder:
             return
         scale, shift = self._pending
         self._pending = None
-        if len(self.shape) == 1:
+        if len(self.shape) == 1 and not self.affine_layers:
             self._append(Linear(np.diag(scale), shift), where)
             return
         per_channel = self._per_channel(scale, shift)
-        if per_channel is None:
-            raise UnsupportedOperatorError(
-                f"{where}: an elementwise map that differs between positions of a tensor of shape {self.shape} "
-                "cannot be folded into a neighbouring dense or convolution layer, and assay has no layer for it"
-            )
+        if per_channel is None or self.affine_layers:  # a layer of its own
+            self._append(Affine(scale, shift), where)
+            return
         s, t = per_channel
         channels = self.shape[0]
         self._append(Conv2d(s.reshape(channels, 1, 1, 1), t, (1, 1), (0, 0), (1, 1), channels), where)

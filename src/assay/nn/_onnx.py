@@ -17,6 +17,17 @@ Contract:
   ``(batch, -1)``, ``BatchNormalization`` (inference), ``Identity``, ``Dropout`` (inference:
   ignored), ``Constant``. Any other operator raises :class:`UnsupportedOperatorError` naming the
   operator, the node and the file.
+* General graphs (issue 32): the operators of :data:`assay.nn._onnx_builders.BUILDERS`
+  (sigmoid, tanh, sin, softmax, products, shape operators, ...) load as layers of
+  :mod:`assay.nn.ops`, and the cases above that the ReLU-network path refuses (``Reshape`` to any
+  shape, ``MatMul`` with a constant on either side or of two tensors, ``Add``/``Sub``/``Mul``/``Div``
+  of two tensors or with a constant that broadcasts the tensor, N-d and asymmetrically padded
+  ``Conv``, any constant ``Pad``) go there too. A graph with any operator outside the
+  ReLU-network set is first folded (:mod:`assay.nn._onnx_fold`: shape subgraphs become
+  constants). An operator that would act on the batch dimension raises a ``BatchAxisError``
+  (an :class:`UnsupportedOperatorError` naming the node); when the graph's first input
+  dimension is fixed, the graph is then read again as computing on one sample whose shape keeps
+  that dimension (``(1, 22)``, ``(12, 8)``).
 * Elementwise affine maps (``Sub``, ``Div``, ``Mul``, ``Add``, ``BatchNormalization``) are folded
   into the neighbouring ``Linear``/``Conv2d`` (see :mod:`assay.nn._build`); the result is exact in
   real arithmetic, computed in float64.
@@ -41,16 +52,19 @@ from pathlib import Path
 import numpy as np
 
 from assay.errors import AssayError, ModelLoadError, UnsupportedOperatorError
+from assay.nn import _onnx_builders as general
 from assay.nn._build import LayerBuilder
 from assay.nn._files import gunzipped, is_gzipped
+from assay.nn._onnx_builders import BUILDERS, BatchAxisError
+from assay.nn._onnx_fold import RELU_NETWORK_OPERATORS, fold_constants, needs_folding
+from assay.nn.layers import Reshape
 from assay.nn.network import Network
+from assay.nn.ops import Affine, ConstMatMul, Reciprocal
+from assay.nn.ops import Pad as PadLayer
 
-__all__ = ["SUPPORTED_OPERATORS", "load_onnx"]
+__all__ = ["SUPPORTED_OPERATORS", "load_onnx", "operator_counts"]
 
-SUPPORTED_OPERATORS = (
-    "Add", "AveragePool", "BatchNormalization", "Constant", "Conv", "Div", "Dropout", "Flatten",
-    "Gemm", "Identity", "MatMul", "MaxPool", "Mul", "Pad", "Relu", "Reshape", "Sub",
-)
+SUPPORTED_OPERATORS = tuple(sorted(RELU_NETWORK_OPERATORS | set(BUILDERS)))
 _ROW_WISE = {"MatMul", "Add", "Sub", "Mul", "Div", "Relu", "Identity", "Dropout", "Constant"}
 _FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
 
@@ -64,12 +78,53 @@ def load_onnx(source, input_shape=None) -> Network:
         onnx.checker.check_model(model)
     except Exception as exc:  # onnx raises ValidationError and, for odd protos, other errors
         raise ModelLoadError(f"{name} is not a valid ONNX model ({exc}); re-export it from its framework") from exc
-    network = _Converter(model, name).run(input_shape)
+    graph_input, dims = _graph_input(model, name) if needs_folding(model) else (None, None)
+    if dims is not None:
+        model = fold_constants(model, graph_input.name, dims, name)
+    network = _run(model, name, input_shape, dims)
     if any(node.op_type == "MaxPool" for node in model.graph.node):
         # The same graph with each MaxPool kept whole: its bounds are far tighter (see Network.pooled).
-        pooled = _Converter(model, name).run(input_shape, lower_maxpool=False)
+        pooled = _run(model, name, input_shape, dims, lower_maxpool=False)
         network = replace(network, pooled=pooled)
     return network
+
+
+def _run(model, name: str, input_shape, dims_before_folding, lower_maxpool: bool = True) -> Network:
+    """Convert with a leading batch dimension; a graph whose first input dimension is fixed (in
+    the file, not by the folding) and that acts on it (``Transpose(perm=[1, 0])`` of a ``(1, n)``
+    row, ``Reshape`` of a ``(12, 8)`` input to ``(1, 12, 8)``) computes on one sample whose shape
+    keeps that dimension, and is converted again that way."""
+    try:
+        return _Converter(model, name).run(input_shape, lower_maxpool)
+    except BatchAxisError:
+        _, dims = _graph_input(model, name)
+        dims = dims_before_folding or dims
+        if len(dims) < 2 or dims[0] is None or input_shape is not None:
+            raise
+        return _Converter(model, name).run(None, lower_maxpool, batch_free=True)
+
+
+def operator_counts(source) -> dict[str, int]:
+    """``{op_type: count}`` of the nodes of an ONNX model (a path, gzipped or not, or a ModelProto)."""
+    model, _ = _read(source)
+    counts: dict[str, int] = {}
+    for node in model.graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _graph_input(model, name: str):
+    """The graph's one non-initializer input and its dims (None where symbolic or unknown)."""
+    initializers = {i.name for i in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in initializers]
+    if len(inputs) != 1:
+        raise ModelLoadError(
+            f"{name}: the graph has {len(inputs)} inputs that are not initializers "
+            f"({[i.name for i in inputs]}); assay loads single-input networks — export the model with one input"
+        )
+    dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+            for d in inputs[0].type.tensor_type.shape.dim]
+    return inputs[0], dims
 
 
 def _read(source):
@@ -106,14 +161,16 @@ class _Converter:
     def __init__(self, model, name: str):
         from onnx import numpy_helper
 
-        self.graph, self.name = model.graph, name
+        self.model, self.graph, self.name = model, model.graph, name
+        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
         try:
             self.constants = {i.name: numpy_helper.to_array(i) for i in self.graph.initializer}
         except Exception as exc:
             raise ModelLoadError(f"{name}: an initializer could not be read ({exc})") from exc
 
     # ------------------------------------------------------------------ graph interface
-    def run(self, input_shape, lower_maxpool: bool = True) -> Network:
+    def run(self, input_shape, lower_maxpool: bool = True, batch_free: bool = False) -> Network:
+        """The Network; ``batch_free``: the graph has no batch dimension (its input shape is one sample's)."""
         graph = self.graph
         inputs = [i for i in graph.input if i.name not in self.constants]
         if len(inputs) != 1:
@@ -134,7 +191,7 @@ class _Converter:
         self.batch_dim = None
         if not dims:
             raise ModelLoadError(f"{self.name}: input '{graph_input.name}' has no shape; re-export it with a shape")
-        if len(dims) == 1:
+        if len(dims) == 1 or batch_free:
             self.lead, shape = 0, dims
         elif len(dims) >= 3 and self._row_wise():
             self.lead, shape = len(dims) - 1, dims[-1:]
@@ -142,7 +199,7 @@ class _Converter:
             self.lead, shape, self.batch_dim = 1, dims[1:], dims[0]
         shape = self._resolve_shape(graph_input.name, shape, input_shape)
 
-        self.builder = LayerBuilder(shape, lower_maxpool)
+        self.builder = LayerBuilder(shape, lower_maxpool, affine_layers=needs_folding(self.model))
         self.current = graph_input.name
         self.tensors = {graph_input.name: 0}  # activation names other nodes may read → tensor index
         output_name = graph.output[0].name
@@ -214,19 +271,15 @@ class _Converter:
         if not activations:
             self._constant_node(op, node, where)
             return
-        if len(activations) != len(set(activations)):
-            raise UnsupportedOperatorError(f"{where} uses the network's activation twice (e.g. x*x); that is not affine")
-        if len(activations) > 1 and op != "Add":
-            raise UnsupportedOperatorError(
-                f"{where} combines {len(activations)} activation tensors; assay supports that only for Add "
-                "(a residual connection)"
-            )
         try:
-            if len(activations) == 2:
-                self._residual_add(activations, where)
-            else:
-                self._use(activations[0], where)
-                getattr(self, f"_op_{op}")(node, _attributes(node), where)
+            if op not in RELU_NETWORK_OPERATORS:
+                BUILDERS[op](self, node, _attributes(node), where)
+                return
+            if len(activations) > 1:
+                self._two_activations(node, activations, where)
+                return
+            self._use(activations[0], where)
+            getattr(self, f"_op_{op}")(node, _attributes(node), where)
         except AssayError as exc:
             if where in str(exc):
                 raise
@@ -235,6 +288,81 @@ class _Converter:
             raise ModelLoadError(f"{where}: inconsistent operands ({exc}); check the model's shapes") from exc
         self.current = node.output[0]
         if self.readers.get(self.current, 0) > 1:  # several nodes read it: give it a tensor of its own
+            self.tensors[self.current] = self.builder.materialize(where)
+
+    # ------------------------------------------------------------------ for the builders of general operators
+    def is_constant(self, name: str) -> bool:
+        return name in self.constants
+
+    def constant(self, name: str) -> np.ndarray:
+        if name not in self.constants:
+            raise UnsupportedOperatorError(f"{self.name}: tensor '{name}' must be a constant here but is computed "
+                                           "from the network's input")
+        return self.constants[name]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The shape of one sample of activation ``name``."""
+        if name == self.current:
+            return self.builder.shape
+        if name not in self.tensors:
+            raise ModelLoadError(f"{self.name}: tensor '{name}' is not produced by an earlier node from the input")
+        return self.builder.shapes[self.tensors[name]]
+
+    def axis(self, axis: int, name: str, where: str) -> int:
+        """ONNX axis ``axis`` (non-negative) of activation ``name`` as an axis of one sample."""
+        rank = len(self.shape(name)) + self.lead
+        if not 0 <= axis < rank:
+            raise ModelLoadError(f"{where}: axis {axis} is outside a tensor of rank {rank}")
+        if axis < self.lead:
+            raise BatchAxisError(f"{where}: acts on axis {axis}, the batch dimension; assay's layers act on each "
+                                 "input of a batch separately")
+        return axis - self.lead
+
+    def sample_constant(self, value: np.ndarray, where: str, rank: int | None = None) -> np.ndarray:
+        """A constant operand without its batch dimension (``rank``: of one sample, for a Concat part)."""
+        value = np.asarray(value, dtype=np.float64)
+        if rank is None:
+            return self._bias_constant(value, where)
+        if value.ndim == rank + self.lead:
+            if self.lead and value.shape[0] != 1:
+                raise BatchAxisError(f"{where}: a constant of shape {value.shape} varies along the batch dimension")
+            return value.reshape(value.shape[self.lead:])
+        raise ModelLoadError(f"{where}: a constant of shape {value.shape} does not have the tensor's rank")
+
+    def emit(self, layer, inputs: list[str], output: str, where: str) -> None:
+        """Append ``layer`` reading the activations ``inputs``; its result is activation ``output``."""
+        self.tensors[self.current] = self.builder.materialize(where)
+        sources = []
+        for name in inputs:
+            if name not in self.tensors:
+                raise ModelLoadError(f"{where}: tensor '{name}' was not kept for a second reader")
+            sources.append(self.tensors[name])
+        self.builder.append(layer, tuple(sources), where)
+        self.current = output
+        if self.readers.get(output, 0) > 1:
+            self.tensors[output] = self.builder.materialize(where)
+
+    def _two_activations(self, node, activations: list[str], where: str) -> None:
+        op = node.op_type
+        if op not in ("Add", "Sub", "Mul", "Div", "MatMul"):
+            raise UnsupportedOperatorError(f"{where} combines {len(activations)} activation tensors, which assay "
+                                           f"supports for Add, Sub, Mul, Div and MatMul")
+        if len(activations) == 2 and activations[0] == activations[1] and op in ("Add", "Sub"):
+            self._use(activations[0], where)  # x + x = 2x, x − x = 0: affine
+            self.builder.affine(2.0 if op == "Add" else 0.0, 0.0, where)
+            self.current = node.output[0]
+            self._keep_if_read_again(where)
+            return
+        first, second = activations
+        if op == "Add" and first != second and self.shape(first) == self.shape(second):
+            self._residual_add(activations, where)  # the residual connection the bound engine knows
+            self.current = node.output[0]
+            self._keep_if_read_again(where)
+            return
+        general.two_tensor_op(self, node, [first, second], where)
+
+    def _keep_if_read_again(self, where: str) -> None:
+        if self.readers.get(self.current, 0) > 1:
             self.tensors[self.current] = self.builder.materialize(where)
 
     def _use(self, name: str, where: str) -> None:
@@ -297,6 +425,9 @@ class _Converter:
     def _elementwise(self, node, where, kind: str) -> None:
         position, (other,) = self._operands(node)
         c = self._bias_constant(other, where)
+        if np.broadcast_shapes(c.shape, self.builder.shape) != self.builder.shape:
+            self._growing_elementwise(node, kind, position, c, where)
+            return
         if kind == "Add":
             self.builder.affine(1.0, c, where)
         elif kind == "Sub":
@@ -307,8 +438,21 @@ class _Converter:
             if np.any(c == 0):
                 raise ModelLoadError(f"{where}: division by a constant that contains zeros")
             self.builder.affine(1.0 / c, 0.0, where)
-        else:
-            raise UnsupportedOperatorError(f"{where}: dividing a constant by the activation is not affine")
+        else:  # c / x
+            self.emit(Reciprocal(), [self.current], node.output[0], where)
+            self.builder.affine(c, 0.0, where)
+
+    def _growing_elementwise(self, node, kind: str, position: int, c: np.ndarray, where: str) -> None:
+        """``x ∘ c`` where the constant ``c`` broadcasts ``x`` to a larger shape: an Affine layer."""
+        if kind == "Div" and position == 1:
+            self.emit(Reciprocal(), [self.current], node.output[0], where)
+            kind = "Mul"
+        ones, zeros = np.ones_like(c), np.zeros_like(c)
+        scale, shift = {"Add": (ones, c), "Mul": (c, zeros), "Div": (1.0 / c, zeros),
+                        "Sub": (ones, -c) if position == 0 else (-ones, c)}[kind]
+        if not np.all(np.isfinite(scale)):
+            raise ModelLoadError(f"{where}: division by a constant that contains zeros")
+        self.emit(Affine(scale, shift), [self.current], node.output[0], where)
 
     def _op_Add(self, node, attrs, where):
         self._elementwise(node, where, "Add")
@@ -335,9 +479,14 @@ class _Converter:
     def _op_Gemm(self, node, attrs, where):
         if list(node.input).index(self.current) != 0 or attrs.get("transA", 0) != 0:
             raise UnsupportedOperatorError(f"{where}: only Gemm(activation, constant) with transA=0 is supported")
-        self._require_batch(where, "Gemm")
-        matrix = np.asarray(self.constants[node.input[1]], dtype=np.float64)
+        matrix = np.asarray(self.constant(node.input[1]), dtype=np.float64)
         weight = attrs.get("alpha", 1.0) * (matrix if attrs.get("transB", 0) else matrix.T)
+        if self.lead != 1:  # a (rows, in) matrix per sample: Y = X Wᵀ + C
+            self.emit(ConstMatMul(weight.T), [self.current], node.output[0], where)
+            if len(node.input) > 2 and node.input[2]:
+                self.builder.affine(1.0, attrs.get("beta", 1.0) * np.asarray(self.constant(node.input[2]),
+                                                                             dtype=np.float64), where)
+            return
         bias = np.zeros(weight.shape[0])
         if len(node.input) > 2 and node.input[2]:
             bias = bias + attrs.get("beta", 1.0) * np.broadcast_to(
@@ -348,10 +497,13 @@ class _Converter:
         position, (matrix,) = self._operands(node)
         matrix = np.asarray(matrix, dtype=np.float64)
         if matrix.ndim != 2 or len(self.builder.shape) != 1:
-            raise UnsupportedOperatorError(
-                f"{where}: only MatMul of a vector (per batch row) with a constant matrix is supported; "
-                f"got a tensor of shape {self.builder.shape} and a constant of shape {matrix.shape}"
-            )
+            if matrix.ndim < 1:
+                raise UnsupportedOperatorError(f"{where}: MatMul with a scalar constant is not defined")
+            if self.lead and (len(self.builder.shape) < 2 or matrix.ndim > len(self.builder.shape) + 1):
+                raise BatchAxisError(f"{where}: MatMul of a tensor of shape {self.builder.shape} with a constant of "
+                                     f"shape {matrix.shape} would mix the batch dimension")
+            self.emit(ConstMatMul(matrix, constant_first=position == 1), [self.current], node.output[0], where)
+            return
         if position == 0:
             weight = matrix.T
         elif self.lead == 0:  # W @ x with a batch-less vector x
@@ -363,9 +515,18 @@ class _Converter:
     def _op_Flatten(self, node, attrs, where):
         axis = attrs.get("axis", 1)
         rank = len(self.builder.shape) + self.lead
-        if self.lead != 1 or (axis if axis >= 0 else axis + rank) != 1:
-            raise UnsupportedOperatorError(f"{where}: only Flatten(axis=1) after the batch dimension is supported")
-        self.builder.flatten(where)
+        axis = axis if axis >= 0 else axis + rank
+        if self.lead == 1 and axis == 1:
+            self.builder.flatten(where)
+            return
+        shape = self.builder.shape
+        if self.lead:  # (batch · Π shape[:axis−1], Π shape[axis−1:]) keeps the batch only if the first factor is 1
+            if axis == 0 or int(np.prod(shape[: axis - 1])) != 1:
+                raise BatchAxisError(f"{where}: Flatten(axis={axis}) merges the batch dimension into the others")
+            self.builder.flatten(where)
+            return
+        self.emit(Reshape((int(np.prod(shape[:axis])), int(np.prod(shape[axis:])))), [self.current], node.output[0],
+                  where)
 
     def _op_Reshape(self, node, attrs, where):
         target = [int(v) for v in np.asarray(self.constants[node.input[1]]).reshape(-1)]
@@ -382,18 +543,39 @@ class _Converter:
             if len(rest) == 1 and (rest[0] == size or (rest[0] == -1 and target[0] != -1)):
                 self.builder.flatten(where)
                 return
-        raise UnsupportedOperatorError(
-            f"{where}: Reshape to {target} of a tensor of shape (batch, {', '.join(map(str, shape))}) is not a "
-            "flattening to (batch, -1); assay supports only that reshape"
-        )
+        self.emit(Reshape(self._reshape_target(target, copy, where)), [self.current], node.output[0], where)
+
+    def _reshape_target(self, target: list[int], copy: bool, where: str) -> tuple[int, ...]:
+        """The shape of one sample after an ONNX ``Reshape`` to ``target`` (whose first entry is the
+        batch dimension when the graph has one: −1, 0, or the folded batch size 1)."""
+        shape, size = self.builder.shape, int(np.prod(self.builder.shape))
+        full = (1,) * self.lead + tuple(shape)  # the ONNX shape with a batch of one
+        resolved = [full[i] if (v == 0 and copy) else v for i, v in enumerate(target)]
+        if resolved.count(-1) > 1:
+            raise ModelLoadError(f"{where}: Reshape target {target} has more than one -1")
+        # with a batch dimension, a size mismatch means the target merges or splits the batch
+        mismatch = BatchAxisError if self.lead else ModelLoadError
+        if -1 in resolved:
+            known = int(np.prod([v for v in resolved if v != -1]))
+            if known == 0 or size % known:
+                raise mismatch(f"{where}: cannot reshape a tensor of shape {full} to {target}")
+            resolved[resolved.index(-1)] = size // known
+        if int(np.prod(resolved)) != size:
+            raise mismatch(f"{where}: cannot reshape a tensor of shape {full} to {target}")
+        if self.lead:
+            if not resolved or resolved[0] != 1:
+                raise BatchAxisError(f"{where}: Reshape to {target} moves entries across the batch dimension")
+            resolved = resolved[1:]
+        return tuple(int(v) for v in resolved)
 
     def _op_Conv(self, node, attrs, where):
         if list(node.input).index(self.current) != 0:
             raise UnsupportedOperatorError(f"{where}: the convolution kernel must be a constant")
-        self._require_batch(where, "Conv")
-        weight = np.asarray(self.constants[node.input[1]], dtype=np.float64)
-        if weight.ndim != 4:
-            raise UnsupportedOperatorError(f"{where}: only 2-D convolutions are supported; the kernel has shape {weight.shape}")
+        weight = np.asarray(self.constant(node.input[1]), dtype=np.float64)
+        pads = attrs.get("pads", (0, 0, 0, 0))
+        if self.lead != 1 or weight.ndim != 4 or len(pads) != 4 or tuple(pads[:2]) != tuple(pads[2:]):
+            general.general_conv(self, node, attrs, where)  # 1-D/3-D, asymmetric pads, no batch dimension
+            return
         bias = np.zeros(weight.shape[0])
         if len(node.input) > 2 and node.input[2]:
             bias = np.asarray(self.constants[node.input[2]], dtype=np.float64)
@@ -457,24 +639,29 @@ class _Converter:
             return  # pads nothing
         rank = len(pads) // 2
         begin, end = pads[:rank], pads[rank:]
-        if mode != "constant" or value != 0.0:
-            raise UnsupportedOperatorError(f"{where}: only zero padding is supported; got mode={mode!r}, value={value}")
-        if self.lead != 1 or rank != 4 or any(begin[:2]) or any(end[:2]) or begin[2:] != end[2:]:
-            raise UnsupportedOperatorError(
-                f"{where}: pads={pads} must pad only an image's rows and columns, the same on both sides"
-            )
-        self.builder.pad(tuple(begin[2:]), where)
+        if mode != "constant":
+            raise UnsupportedOperatorError(f"{where}: only constant padding is supported; got mode={mode!r}")
+        if any(p < 0 for p in pads):
+            raise UnsupportedOperatorError(f"{where}: negative pads (cropping) are not supported; use Slice")
+        if self.lead == 1 and rank == 4 and value == 0.0 and not any(begin[:2]) and not any(end[:2]) \
+                and begin[2:] == end[2:]:
+            self.builder.pad(tuple(begin[2:]), where)  # zero padding of an image: a fixed convolution
+            return
+        if any(begin[: self.lead]) or any(end[: self.lead]):
+            raise BatchAxisError(f"{where}: pads={pads} pad the batch dimension")
+        self.emit(PadLayer(begin[self.lead:], end[self.lead:], value), [self.current], node.output[0], where)
 
     def _op_BatchNormalization(self, node, attrs, where):
         if attrs.get("training_mode", 0) or attrs.get("spatial", 1) != 1 or len([o for o in node.output if o]) > 1:
             raise UnsupportedOperatorError(f"{where}: only inference-mode BatchNormalization is supported")
         if list(node.input).index(self.current) != 0:
             raise ModelLoadError(f"{where}: the statistics of BatchNormalization must be constants")
-        self._require_batch(where, "BatchNormalization")
+        if self.lead == 0 and len(self.builder.shape) < 2:
+            raise UnsupportedOperatorError(f"{where}: BatchNormalization needs (N, C, ...) inputs")
         gamma, beta, mean, var = (np.asarray(self.constants[n], dtype=np.float64).reshape(-1) for n in node.input[1:5])
         scale = gamma / np.sqrt(var + attrs.get("epsilon", 1e-5))
         shift = beta - mean * scale
-        trailing = (1,) * (len(self.builder.shape) - 1)
+        trailing = (1,) * (len(self.builder.shape) - 1 - (1 - self.lead))  # the channel axis is ONNX axis 1
         self.builder.affine(scale.reshape(-1, *trailing), shift.reshape(-1, *trailing), where)
 
     # ------------------------------------------------------------------ helpers

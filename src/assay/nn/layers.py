@@ -5,6 +5,9 @@ of shape ``(batch, *in_shape)`` gives an output of shape ``(batch, *out_shape)``
 and pooling use channel-first images ``(C, H, W)`` as in ONNX and torch. Every layer reads one
 tensor except :class:`Add`, which sums two (residual connections); which tensors a layer reads
 is the :class:`~assay.nn.Network`'s business (its ``sources``).
+
+The general operators (sigmoid, products, softmax, shape operators, ...) live in
+:mod:`assay.nn.ops`, one module per family; :func:`arity` says how many tensors any layer reads.
 """
 
 from __future__ import annotations
@@ -243,3 +246,12 @@ Layer = Linear | Conv2d | ReLU | AvgPool2d | Flatten | Reshape | Add
 # How many tensors each layer type reads (every other layer reads one).
 ARITY = {Add: 2}
 AFFINE_LAYERS = (Linear, Conv2d)
+RELU_NETWORK_LAYERS = (Linear, Conv2d, ReLU, AvgPool2d, MaxPool2d, Flatten, Reshape, Add)
+
+
+def arity(layer) -> int | None:
+    """How many tensors ``layer`` reads: an int, or None for "one or more" (Concat, Min/Max)."""
+    if isinstance(layer, RELU_NETWORK_LAYERS):
+        return ARITY.get(type(layer), 1)
+    tensor_count = getattr(layer, "tensor_count", None)  # a Concat with constant parts
+    return tensor_count if tensor_count is not None else layer.arity

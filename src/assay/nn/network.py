@@ -1,4 +1,4 @@
-"""`Network`: the one representation of a ReLU network that every analysis reads."""
+"""`Network`: the one representation of a network (a graph of layers) that every analysis reads."""
 
 from __future__ import annotations
 
@@ -9,7 +9,19 @@ import torch
 import torch.nn.functional as F
 
 from assay.errors import DataError, ModelLoadError
-from assay.nn.layers import ARITY, Add, AvgPool2d, Conv2d, Flatten, Layer, Linear, MaxPool2d, ReLU, Reshape
+from assay.nn.layers import (
+    RELU_NETWORK_LAYERS,
+    Add,
+    AvgPool2d,
+    Conv2d,
+    Layer,
+    Linear,
+    MaxPool2d,
+    ReLU,
+    Reshape,
+    arity,
+)
+from assay.nn.ops.base import Operator
 
 __all__ = ["Network"]
 
@@ -30,7 +42,8 @@ class Network:
 
     Layers are :class:`Linear`, :class:`Conv2d`, :class:`ReLU`, :class:`AvgPool2d`,
     :class:`Flatten`, :class:`Reshape` and :class:`Add` (and :class:`MaxPool2d`, in
-    :attr:`pooled` twins only); loaders fold batch normalisation and
+    :attr:`pooled` twins only), and the general operators of :mod:`assay.nn.ops` (each owns its
+    forward pass; a layer may read any number of tensors); loaders fold batch normalisation and
     input normalisation into the neighbouring affine layers and lower MaxPool to convolutions,
     ReLUs and Adds (``max(a, b) = a + relu(b − a)``, exact). Parameters are stored in float64;
     :meth:`forward` runs in float32 or float64.
@@ -78,12 +91,13 @@ class Network:
         shapes = [input_shape]
         for index, (layer, reads) in enumerate(zip(layers, sources)):
             kind = type(layer).__name__
-            if not isinstance(layer, (Linear, Conv2d, ReLU, AvgPool2d, MaxPool2d, Flatten, Reshape, Add)):
+            if not isinstance(layer, (*RELU_NETWORK_LAYERS, Operator)):
                 raise ModelLoadError(f"{self.source}: layer {index} is a {kind}, not an assay layer")
-            arity = ARITY.get(type(layer), 1)
-            if len(reads) != arity or not all(0 <= s <= index for s in reads):
+            count = arity(layer)
+            if (len(reads) != count if count is not None else not reads) or not all(0 <= s <= index for s in reads):
+                needed = "one or more" if count is None else str(count)
                 raise ModelLoadError(
-                    f"{self.source}: layer {index} ({kind}) reads tensors {list(reads)}; it must read {arity} of the "
+                    f"{self.source}: layer {index} ({kind}) reads tensors {list(reads)}; it must read {needed} of the "
                     f"tensors 0..{index} (the input or earlier layers' outputs)"
                 )
             if isinstance(layer, ReLU) and reads != (index,):
@@ -124,6 +138,11 @@ class Network:
     def relu_indices(self) -> tuple[int, ...]:
         """Positions of the ReLU layers in :attr:`layers`."""
         return tuple(i for i, layer in enumerate(self.layers) if isinstance(layer, ReLU))
+
+    @property
+    def is_relu_network(self) -> bool:
+        """True when every layer is one of :mod:`assay.nn.layers` (no general operator)."""
+        return not any(isinstance(layer, Operator) for layer in self.layers)
 
     @property
     def num_relus(self) -> int:
@@ -183,6 +202,8 @@ class Network:
     def apply_layer(self, index: int, x: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
         """Apply layer ``index`` to the batch(es) it reads, in ``x``'s dtype."""
         layer = self.layers[index]
+        if isinstance(layer, Operator):
+            return layer.forward(x, *others)
         if isinstance(layer, Add):
             return x + others[0]
         if isinstance(layer, (Linear, Conv2d)):
@@ -247,6 +268,8 @@ class Network:
                 module = _Reshape(layer.shape)
             elif isinstance(layer, Add):
                 module = _Sum()
+            elif isinstance(layer, Operator):
+                module = _OperatorModule(layer)
             else:
                 module = torch.nn.Flatten()
             modules.append(module)
@@ -265,6 +288,17 @@ class _Reshape(torch.nn.Module):
 class _Sum(torch.nn.Module):
     def forward(self, a, b):
         return a + b
+
+
+class _OperatorModule(torch.nn.Module):
+    """A general operator as a torch module (its constants are cast to the input's dtype)."""
+
+    def __init__(self, operator: Operator):
+        super().__init__()
+        self.operator = operator
+
+    def forward(self, *inputs):
+        return self.operator.forward(*inputs)
 
 
 class _GraphModule(torch.nn.Module):

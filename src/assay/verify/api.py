@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 
+from assay.bounds.plan import require_bound_rules
 from assay.errors import OptionError
 from assay.nn.network import Network
 from assay.verify.attack import from_center, search
@@ -78,6 +79,7 @@ def verify_vnnlib(network: Network, prop, *, options: VerifyOptions | None = Non
 
 
 def _run(network, queries, options: VerifyOptions, rng, progress) -> VerificationResult:
+    require_bound_rules(network)  # before the attack: every answer rests on the bound engine
     # Inputs that the property fixes to one value cost input splitting nothing: count those that vary.
     varying = max((int((query.upper > query.lower).sum()) for query in queries), default=network.input_size)
     strategy = options.strategy_for(varying)
