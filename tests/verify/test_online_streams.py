@@ -286,3 +286,17 @@ def test_every_step_of_a_random_stream_agrees_with_verifying_from_scratch(family
     t0, t1 = data.draw(THRESHOLDS[family], label="t0"), data.draw(THRESHOLDS[family], label="t1")
     run_stream(family=family, inputs=inputs, strategy=strategy, kind=kind, accelerations=accelerations, events=events,
                net_seed=net_seed, t0=t0, t1=t1, tally=Tally())
+
+
+def test_leaves_proved_for_another_network_count_for_no_coverage():
+    """A step cut short (timeout) keeps later disjuncts' leaves proved for the last network: they
+    must not count as verified in the step's coverage or in ``all_verified``."""
+    unsafe = unsafe_region("or", 1.0, 1.0)
+    box = Box(-torch.ones(20, dtype=torch.float64), torch.ones(20, dtype=torch.float64))
+    online = OnlineVerifier(two_sided(20, 1.0), box, unsafe=unsafe)
+    tree = online._relu
+    query = online._query(online.network, online.lower, online.upper)
+    assert tree.all_verified and tree.coverage(online.network, query) == 1.0
+    tree.version += 1  # the tree now answers for a network none of its leaves was proved for
+    assert not tree.all_verified
+    assert tree.coverage(online.network, query) == 0.0

@@ -99,6 +99,8 @@ class ReluTree:
         self.options = options
         self.searches: list[ReluLeaves] = []
         self.rsr_offset = options.rsr_offset
+        # The network version of the last step: only leaves proved for it count as verified now.
+        self.version = 0
 
     @property
     def leaf_count(self) -> int:
@@ -110,6 +112,7 @@ class ReluTree:
         identifies ``network``."""
         pairs = conjunction_searches(network, query)
         budget = max(1, self.options.max_leaves // len(pairs))
+        self.version = version
         # Until its search has run, every conjunction keeps one unverified leaf: the whole box.
         self.searches = [ReluLeaves(replace(state.pending[0], parents=_unbounded(network, 1)),
                                     torch.zeros(1, dtype=torch.bool), versions_like(1, version)) for _, state in pairs]
@@ -130,6 +133,7 @@ class ReluTree:
         ``domain_changed``: X(t) differs from the last step's box."""
         pairs = conjunction_searches(network, query)
         network_same = version == prior_version
+        self.version = version
         if len(pairs) != len(self.searches):
             raise AssertionError("the kept searches do not match the query's conjunctions")  # a bug
         acc = self.options.accelerations
@@ -194,7 +198,7 @@ class ReluTree:
 
     @property
     def all_verified(self) -> bool:
-        return all(bool(s.verified.all()) for s in self.searches)
+        return all(bool(_verified_now(s, self.version).all()) for s in self.searches)
 
     def coverage(self, network: Network, query: UnsafeQuery) -> float:
         """1.0 when every leaf is verified, else the verified share of points sampled in X(t),
@@ -217,7 +221,7 @@ class ReluTree:
             # A point lies in a leaf when no split of the leaf contradicts its activation pattern.
             broken = negative @ (signs > 0).to(torch.float32).T + positive @ (signs < 0).to(torch.float32).T
             inside = broken == 0
-            covered &= (inside & leaves.verified.unsqueeze(0)).any(1)
+            covered &= (inside & _verified_now(leaves, self.version).unsqueeze(0)).any(1)
         return min(float(covered.to(torch.float64).mean()), 1.0 - 0.5 / x.shape[0])
 
     # ------------------------------------------------------------------ pieces
@@ -285,6 +289,12 @@ def _unbounded(network: Network, count: int) -> IntermediateBounds:
     shapes = [network.shapes[i] for i in network.relu_indices]
     return IntermediateBounds(tuple(torch.full((count, *s), -torch.inf, dtype=torch.float64) for s in shapes),
                               tuple(torch.full((count, *s), torch.inf, dtype=torch.float64) for s in shapes))
+
+
+def _verified_now(leaves: ReluLeaves, version: int) -> torch.Tensor:
+    """(B,) bool: the leaves verified for network ``version`` (an early stop may leave others
+    verified for an older one: they count for nothing now)."""
+    return leaves.verified & ~stale_rows(leaves.network_version, version)
 
 
 def _unbounded_like(bounds: IntermediateBounds) -> IntermediateBounds:
