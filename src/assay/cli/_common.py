@@ -83,3 +83,8 @@ def read_property(path, network):
     from assay.sets import read_vnnlib
 
     return read_vnnlib(path, num_inputs=network.input_size, num_outputs=network.output_size)
+
+
+def report_bad_row(problem) -> None:
+    """One ``error: FILE, line N: reason`` line on stderr for a bad row of a batch (the batch goes on)."""
+    typer.echo(f"error: {problem}", err=True)

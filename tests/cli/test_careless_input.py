@@ -1,0 +1,140 @@
+"""Issue 33, the command line as a careless user meets it: a CSV that is not UTF-8, one bad row in a
+batch, a header that does not name the features, and torch's warning on float64 ONNX models."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.cli.models import write_logit_onnx
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def error_lines(result) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("error:")]
+
+
+def write_float64_matmul_add(path: Path) -> Path:
+    """x (1, 2) → MatMul(W) → Add(b) → y (1, 2), every tensor float64."""
+    initializers = [numpy_helper.from_array(np.array([[1.0, -1.0], [0.5, 2.0]]), "W"),
+                    numpy_helper.from_array(np.array([0.1, -0.2]), "b")]
+    nodes = [helper.make_node("MatMul", ["input", "W"], ["z"]), helper.make_node("Add", ["z", "b"], ["output"])]
+    graph = helper.make_graph(nodes, "f64", [helper.make_tensor_value_info("input", TensorProto.DOUBLE, [1, 2])],
+                              [helper.make_tensor_value_info("output", TensorProto.DOUBLE, [1, 2])], initializers)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path
+
+
+# ------------------------------------------------------------------ a CSV that is not UTF-8
+def test_a_latin1_csv_is_one_error_naming_the_file_and_the_line(invoke, tmp_path):
+    model = write_logit_onnx(tmp_path / "logit.onnx")
+    rows = tmp_path / "latin1.csv"
+    rows.write_bytes("a,b\n0.2,0.3\n0.4,0.5\nrésumé,0.1\n".encode("latin-1"))
+    result = invoke("cfx", model, "--inputs", rows)
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    (line,) = error_lines(result)
+    assert str(rows) in line and "line 4" in line and "UTF-8" in line
+
+
+def test_random_bytes_named_csv_are_one_error(invoke, tmp_path):
+    model = write_logit_onnx(tmp_path / "logit.onnx")
+    rows = tmp_path / "random.csv"
+    rows.write_bytes(bytes(np.random.default_rng(3).integers(0, 256, 600, dtype=np.uint8)))
+    result = invoke("cfx", model, "--inputs", rows)
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    (line,) = error_lines(result)
+    assert str(rows) in line
+
+
+# ------------------------------------------------------------------ one bad row in a batch
+def test_one_out_of_range_row_is_reported_and_the_others_are_kept(invoke, tmp_path):
+    model = write_logit_onnx(tmp_path / "logit.onnx")
+    rows = tmp_path / "rows.csv"
+    rows.write_text("a,b\n0.2,0.3\n1.5,0.1\n0.4,0.4\n")
+    result = invoke("cfx", model, "--inputs", rows, "--json")
+    assert result.exit_code == 2, result.output
+    (line,) = error_lines(result)
+    assert str(rows) in line and "line 3" in line and "1.5" in line
+    payload = json.loads(result.stdout)
+    assert [r["row"] for r in payload["results"]] == [1, 3]
+    assert [r["line"] for r in payload["results"]] == [2, 4]
+    assert all(r["counterfactual"]["x_cf"] is not None for r in payload["results"])
+    assert [(e["row"], e["line"]) for e in payload["errors"]] == [(2, 3)]
+
+
+def test_the_text_summary_counts_the_bad_rows(invoke, tmp_path):
+    model = write_logit_onnx(tmp_path / "logit.onnx")
+    rows = tmp_path / "rows.csv"
+    rows.write_text("a,b\n0.2,0.3\nnan,0.1\n\n0.4,oops\n0.4,0.4\n")
+    result = invoke("cfx", model, "--inputs", rows)
+    assert result.exit_code == 2, result.output
+    errors = error_lines(result)
+    assert len(errors) == 2 and "line 3" in errors[0] and "line 5" in errors[1]
+    assert "input 1:" in result.stdout and "input 4:" in result.stdout
+    assert "2/2 inputs have a counterfactual" in result.stdout and "2 bad rows" in result.stdout
+
+
+def test_stop_on_error_stops_at_the_first_bad_row_and_keeps_what_came_before(invoke, tmp_path):
+    model = write_logit_onnx(tmp_path / "logit.onnx")
+    rows = tmp_path / "rows.csv"
+    rows.write_text("a,b\n0.2,0.3\n1.5,0.1\n0.4,0.4\n")
+    result = invoke("cfx", model, "--inputs", rows, "--json", "--stop-on-error")
+    assert result.exit_code == 2, result.output
+    assert len(error_lines(result)) == 1
+    payload = json.loads(result.stdout)
+    assert [r["row"] for r in payload["results"]] == [1] and payload["stopped_at"] == 3
+
+
+# ------------------------------------------------------------------ a header that does not name the features
+def _named_spec(tmp_path: Path) -> Path:
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"size": 2, "names": ["age", "income"]}))
+    return spec
+
+
+def test_a_header_that_does_not_name_the_features_is_an_error_listing_both(invoke, tmp_path):
+    model = write_logit_onnx(tmp_path / "logit.onnx")
+    rows = tmp_path / "rows.csv"
+    rows.write_text("income,agex\n0.2,0.3\n")
+    result = invoke("cfx", model, "--inputs", rows, "--features", _named_spec(tmp_path))
+    assert result.exit_code == 2, result.output
+    (line,) = error_lines(result)
+    assert str(rows) in line and "income, agex" in line and "age, income" in line and "--positional" in line
+
+
+def test_positional_reads_the_columns_in_order_when_asked(invoke, tmp_path):
+    model = write_logit_onnx(tmp_path / "logit.onnx")
+    rows = tmp_path / "rows.csv"
+    rows.write_text("income,agex\n0.2,0.3\n")
+    result = invoke("cfx", model, "--inputs", rows, "--features", _named_spec(tmp_path), "--positional", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["results"][0]["counterfactual"]["x"] == [0.2, 0.3]
+
+
+def test_a_header_in_another_order_is_read_by_name(invoke, tmp_path):
+    model = write_logit_onnx(tmp_path / "logit.onnx")
+    rows = tmp_path / "rows.csv"
+    rows.write_text("id,income,age\n7,0.2,0.3\n")
+    result = invoke("cfx", model, "--inputs", rows, "--features", _named_spec(tmp_path), "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["results"][0]["counterfactual"]["x"] == [0.3, 0.2]
+
+
+# ------------------------------------------------------------------ float64 ONNX: no torch warning
+def test_a_float64_matmul_add_model_loads_without_a_warning(tmp_path):
+    """In a fresh process: torch prints this warning once per process, so an in-process test could pass by luck."""
+    model = write_float64_matmul_add(tmp_path / "f64.onnx")
+    done = subprocess.run([sys.executable, "-W", "default", "-m", "assay.cli.main", "info", str(model)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "Linear" in done.stdout
+    assert "Warning" not in done.stderr and "not writable" not in done.stderr, done.stderr
