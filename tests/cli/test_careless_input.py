@@ -138,3 +138,35 @@ def test_a_float64_matmul_add_model_loads_without_a_warning(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "Linear" in done.stdout
     assert "Warning" not in done.stderr and "not writable" not in done.stderr, done.stderr
+
+
+# ------------------------------------------------------------------ knn-fairness --test is a batch too
+def _knn_files(tmp_path: Path, test_text: str) -> tuple[Path, Path]:
+    rng = np.random.default_rng(5)
+    X = rng.integers(0, 4, size=(30, 2))
+    train = tmp_path / "train.csv"
+    train.write_text("a,b,y\n" + "".join(f"{a},{b},{int(a + b > 3)}\n" for a, b in X))
+    test = tmp_path / "test.csv"
+    test.write_text(test_text)
+    return train, test
+
+
+def test_knn_bad_test_rows_are_reported_and_the_others_certified(invoke, tmp_path):
+    train, test = _knn_files(tmp_path, "a,b\n1,2\n1,x\n3,3\nnan,1\n0,0\n")
+    result = invoke("knn-fairness", train, "--label", "y", "--flips", 1, "--test", test, "--k", "3", "--folds", 3,
+                    "--json")
+    assert result.exit_code == 2, result.output
+    errors = error_lines(result)
+    assert len(errors) == 2 and "line 3" in errors[0] and "'x'" in errors[0] and "line 5" in errors[1]
+    payload = json.loads(result.stdout)
+    assert [c["line"] for c in payload["certificates"]] == [2, 4, 6]
+    assert [e["line"] for e in payload["errors"]] == [3, 5]
+
+
+def test_knn_stop_on_error_certifies_the_rows_before_the_first_bad_one(invoke, tmp_path):
+    train, test = _knn_files(tmp_path, "a,b\n1,2\n1,x\n3,3\n")
+    result = invoke("knn-fairness", train, "--label", "y", "--flips", 1, "--test", test, "--k", "3", "--folds", 3,
+                    "--json", "--stop-on-error")
+    assert result.exit_code == 2, result.output
+    assert len(error_lines(result)) == 1
+    assert [c["line"] for c in json.loads(result.stdout)["certificates"]] == [2]
