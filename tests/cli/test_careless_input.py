@@ -170,3 +170,29 @@ def test_knn_stop_on_error_certifies_the_rows_before_the_first_bad_one(invoke, t
     assert result.exit_code == 2, result.output
     assert len(error_lines(result)) == 1
     assert [c["line"] for c in json.loads(result.stdout)["certificates"]] == [2]
+
+
+# ------------------------------------------------------------------ verify --instances: malformed rows
+def test_instances_malformed_rows_are_reported_and_the_others_run(invoke, tiny, tmp_path):
+    instances = tmp_path / "instances.csv"
+    instances.write_text("tiny.onnx,holds.vnnlib,30\ntiny.onnx,holds.vnnlib,soon\nonly-one-column\n"
+                         "tiny.onnx,missing.vnnlib,30\ntiny.onnx,violated.vnnlib,30\n")
+    result = invoke("verify", "--instances", instances, "--workers", 1, "--json")
+    assert result.exit_code == 2, result.output
+    errors = error_lines(result)
+    assert len(errors) == 3 and all(str(instances) in line for line in errors)
+    assert "line 2" in errors[0] and "'soon'" in errors[0] and "line 3" in errors[1]
+    assert "line 4" in errors[2] and "missing.vnnlib" in errors[2]
+    payload = json.loads(result.stdout)
+    assert [row["status"] for row in payload["results"]] == ["holds", "error", "violated"]
+    assert [e["line"] for e in payload["errors"]] == [2, 3]
+
+
+def test_instances_stop_on_error_runs_only_the_rows_before_the_first_bad_one(invoke, tiny, tmp_path):
+    instances = tmp_path / "instances.csv"
+    instances.write_text("tiny.onnx,holds.vnnlib,30\ntiny.onnx,holds.vnnlib,-1\ntiny.onnx,violated.vnnlib,30\n")
+    out = tmp_path / "out.csv"
+    result = invoke("verify", "--instances", instances, "--workers", 1, "--out", out, "--stop-on-error")
+    assert result.exit_code == 2, result.output
+    assert len(error_lines(result)) == 1 and "line 2" in error_lines(result)[0]
+    assert out.read_text().count("\n") == 2  # the header and the one instance before the bad row

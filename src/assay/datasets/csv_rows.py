@@ -22,7 +22,7 @@ import numpy as np
 
 from assay.errors import DataError
 
-__all__ = ["CsvTable", "BadRow", "NumericRows", "read_csv_table", "numeric_rows"]
+__all__ = ["CsvTable", "BadRow", "NumericRows", "read_csv_table", "numeric_rows", "read_utf8_text"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,13 +72,15 @@ class NumericRows:
     bad: tuple[BadRow, ...]
 
 
-def _text(path: Path) -> str:
+def read_utf8_text(path: Path, what: str = "a CSV file with a header row") -> str:
+    """The text of ``path``; a missing or unreadable file, or bytes that are not UTF-8, are a DataError
+    naming the file (and the line of the first bad byte). ``what`` says what the file should be."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise DataError(f"{path}: no such file; pass the path of a CSV file with a header row") from None
+        raise DataError(f"{path}: no such file; pass the path of {what}") from None
     except IsADirectoryError:
-        raise DataError(f"{path}: is a folder; pass the path of a CSV file with a header row") from None
+        raise DataError(f"{path}: is a folder; pass the path of {what}") from None
     except OSError as exc:
         raise DataError(f"{path}: cannot be read ({exc.strerror or exc}); check the path and its permissions") from exc
     try:
@@ -86,7 +88,7 @@ def _text(path: Path) -> str:
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise DataError(f"{path}, line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as "
-                        f"UTF-8 (e.g. `iconv -f latin1 -t utf-8 {path.name}`), or check that it is a CSV file") from exc
+                        f"UTF-8 (e.g. `iconv -f latin1 -t utf-8 {path.name}`), or check that it is {what}") from exc
 
 
 def read_csv_table(path, header_only: bool = False) -> CsvTable:
@@ -97,7 +99,7 @@ def read_csv_table(path, header_only: bool = False) -> CsvTable:
             beyond the csv module's size limit), naming the file and the line.
     """
     path = Path(path)
-    text = _text(path)
+    text = read_utf8_text(path)
     if "\x00" in text:
         line = text.count("\n", 0, text.index("\x00")) + 1
         raise DataError(f"{path}, line {line}: a NUL byte; this is a binary file, not a CSV text file")
