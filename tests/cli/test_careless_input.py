@@ -196,3 +196,39 @@ def test_instances_stop_on_error_runs_only_the_rows_before_the_first_bad_one(inv
     assert result.exit_code == 2, result.output
     assert len(error_lines(result)) == 1 and "line 2" in error_lines(result)[0]
     assert out.read_text().count("\n") == 2  # the header and the one instance before the bad row
+
+
+# ------------------------------------------------------------------ monitor: bad rows of a stream
+STREAM = "prediction,a,b\n1,0.0,0.0\n0,oops,0.0\n0,0.05,0.0\n1,nan,0.0\n1,0.5,0.5\n"
+
+
+def test_monitor_reports_bad_rows_and_monitors_the_others(invoke, tmp_path):
+    stream = tmp_path / "stream.csv"
+    stream.write_text(STREAM)
+    witnesses = tmp_path / "w.jsonl"
+    result = invoke("monitor", stream, "--epsilon", 0.1, "--json", "--out", witnesses)
+    assert result.exit_code == 2, result.output
+    errors = error_lines(result)
+    assert len(errors) == 2 and "line 3" in errors[0] and "'oops'" in errors[0] and "line 5" in errors[1]
+    summary = json.loads(result.stdout)
+    assert summary["decisions"] == 3 and summary["pairs"] == 1 and summary["bad_rows"] == 2
+    assert [json.loads(line)["line"] for line in witnesses.read_text().splitlines()] == [4]  # lines, not positions
+
+
+def test_monitor_jsonl_lines_that_are_not_json_are_bad_rows(invoke, tmp_path):
+    stream = tmp_path / "stream.jsonl"
+    stream.write_text('{"prediction": 1, "a": 0.0}\n{"prediction": 0, "a": \n[1, 2]\n{"prediction": 0, "a": 0.05}\n')
+    result = invoke("monitor", stream, "--epsilon", 0.1, "--json")
+    assert result.exit_code == 2, result.output
+    errors = error_lines(result)
+    assert len(errors) == 2 and "line 2" in errors[0] and "line 3" in errors[1]
+    assert json.loads(result.stdout)["pairs"] == 1
+
+
+def test_monitor_stop_on_error_ends_at_the_first_bad_row_with_the_summary(invoke, tmp_path):
+    stream = tmp_path / "stream.csv"
+    stream.write_text(STREAM)
+    result = invoke("monitor", stream, "--epsilon", 0.1, "--stop-on-error")
+    assert result.exit_code == 2, result.output
+    assert len(error_lines(result)) == 1
+    assert "decisions       1" in result.stdout and "stopped at line 3" in result.stdout
