@@ -132,9 +132,13 @@ def knn_fairness(
             raise OptionError(f"--direction expects FROM:TO, e.g. 1:0; got {direction!r}")
         flip_direction = (label_of(parts[0].strip(), "--direction"), label_of(parts[1].strip(), "--direction"))
     started = time.perf_counter()
-    certifier = KnnFairnessCertifier(X_train, y_train, k_candidates=_ints(k, "--k"), folds=folds,
-                                     class_weights=class_weights or None, down_sample=down_sample,
-                                     flip_group=groups or None, direction=flip_direction)
+    candidates = _ints(k, "--k")
+    try:
+        certifier = KnnFairnessCertifier(X_train, y_train, k_candidates=candidates, folds=folds,
+                                         class_weights=class_weights or None, down_sample=down_sample,
+                                         flip_group=groups or None, direction=flip_direction)
+    except (DataError, OptionError) as exc:  # what the training table cannot support (too few rows, one class)
+        raise type(exc)(f"{train}: {exc}") from exc
     radii = {}
     for key, value in _pairs(epsilon, "--epsilon"):
         c = _column(key, names, "--epsilon", train)

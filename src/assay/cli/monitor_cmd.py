@@ -22,7 +22,7 @@ from pathlib import Path
 
 import typer
 
-from assay.cli._common import EXIT_ERROR, report_bad_row
+from assay.cli._common import EXIT_ERROR, one_line, report_bad_row
 from assay.errors import AssayError, DataError, UnsupportedError
 
 __all__ = ["monitor"]
@@ -85,7 +85,7 @@ def monitor(
                 raise DataError(f"cannot write the report {report}: {exc}") from exc
             summary["report"] = str(report)
     except AssayError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {one_line(str(exc))}", err=True)
         raise typer.Exit(2) from None
     if json_output:
         typer.echo(json.dumps(summary, indent=2))
