@@ -6,24 +6,28 @@ line dropped, doubled or reshaped, deep nesting — and runs the command that re
 (typer's CliRunner). The contract: never a traceback; the exit code is the command's own (0, or 10/20
 for a verdict) or 2, and with 2 every line on stderr is an ``error:`` line naming the file (a
 whole-file problem is exactly one line; a batch reports one line per bad row, with its line).
-The whole module runs in well under a minute (``derandomize=True``: the same examples every run).
+The whole module runs in well under a minute (``derandomize=True``: the same examples every run);
+``ASSAY_FUZZ_EXAMPLES=N`` runs N fresh random examples per reader instead.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import traceback
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.cli.models import holding_property, write_logit_onnx, write_tiny_onnx
 
-FUZZ = settings(max_examples=20, deadline=None, derandomize=True, database=None,
+# ASSAY_FUZZ_EXAMPLES=500 fuzzes harder (and with fresh random examples) on a developer's machine.
+_DEEP = int(os.environ.get("ASSAY_FUZZ_EXAMPLES", "0"))
+FUZZ = settings(max_examples=_DEEP or 20, deadline=None, derandomize=not _DEEP, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 # Replacements for one number of a valid file: huge, tiny, not finite, not a number, empty.
@@ -171,8 +175,11 @@ def _deeply_nested(depth: int) -> bytes:
 
 
 @FUZZ
-@given(data=st.one_of(hostile_text(JSONL), st.sampled_from([_deeply_nested(100_000), JSONL + _deeply_nested(50_000),
-                                                            JSONL.replace(b"0.05", b"1" + b"0" * 400)])))
+@given(data=hostile_text(JSONL))
+@example(data=_deeply_nested(100_000))
+@example(data=JSONL + _deeply_nested(50_000))
+@example(data=JSONL.replace(b"0.05", b"1" + b"0" * 400))
+@example(data=JSONL.replace(b"0.05", b"NaN"))
 def test_monitor_jsonl(folder, invoke_module, data):
     path = _write(folder, "stream.jsonl", data)
     check(invoke_module("monitor", path, "--epsilon", 0.1), path, batch=True)
@@ -196,23 +203,33 @@ def _parquet(columns: dict) -> bytes:
     return sink.getvalue()
 
 
+ODD_TABLES = [
+    {"prediction": [1, 0], "a": [0.0, float("nan")]},
+    {"prediction": [1, 0], "a": [0.0, None]},
+    {"prediction": [1, None], "a": [0.0, 0.5]},
+    {"prediction": [1, 0], "a": ["0.1", "high"]},
+    {"prediction": [1, 0], "a": [[0.1], [0.2]]},
+    {"prediction": [1, 0], "b": [0.1, 0.2]},
+    {"prediction": [], "a": []},
+    {"prediction": [1, 0], "a": [1e308, float("inf")]},
+    {"prediction": [1, 0], "a": [10**18, -(10**18)]},
+    {"prediction": [1, 0]},
+]
+
+
 @pytest.mark.requires("pyarrow")
-def test_monitor_parquet(folder, invoke_module):
+@pytest.mark.parametrize("columns", ODD_TABLES, ids=range(len(ODD_TABLES)))
+def test_monitor_parquet_odd_tables(folder, invoke_module, columns):
+    path = _write(folder, "odd.parquet", _parquet(columns))
+    check(invoke_module("monitor", path, "--epsilon", 0.1), path, batch=True)
+
+
+@pytest.mark.requires("pyarrow")
+def test_monitor_parquet_damaged(folder, invoke_module):
     valid = _parquet({"prediction": [1, 0, 1], "a": [0.0, 0.05, 0.9]})
-    odd_tables = st.sampled_from([
-        {"prediction": [1, 0], "a": [0.0, float("nan")]},
-        {"prediction": [1, 0], "a": [0.0, None]},
-        {"prediction": [1, None], "a": [0.0, 0.5]},
-        {"prediction": [1, 0], "a": ["0.1", "high"]},
-        {"prediction": [1, 0], "a": [[0.1], [0.2]]},
-        {"prediction": [1, 0], "b": [0.1, 0.2]},
-        {"prediction": [], "a": []},
-        {"prediction": [1, 0], "a": [1e308, float("inf")]},
-        {"prediction": [1, 0], "a": [10**18, -(10**18)]},
-    ]).map(_parquet)
 
     @FUZZ
-    @given(data=st.one_of(hostile_binary(valid), odd_tables))
+    @given(data=hostile_binary(valid))
     def run(data):
         path = _write(folder, "stream.parquet", data)
         check(invoke_module("monitor", path, "--epsilon", 0.1), path, batch=True)
@@ -260,11 +277,11 @@ VNNLIB = (b"(declare-const X_0 Real)\n(declare-const X_1 Real)\n(declare-const Y
 
 
 @FUZZ
-@given(data=st.one_of(hostile_text(VNNLIB), st.sampled_from([
-    b"(assert " * 50_000,
-    VNNLIB + b"(assert " + b"(or " * 50_000 + b"(<= Y_0 0)" + b")" * 50_001 + b"\n",
-    VNNLIB.replace(b"-0.5", b"-" + b"9" * 400),
-])))
+@given(data=hostile_text(VNNLIB))
+@example(data=b"(assert " * 50_000)
+@example(data=VNNLIB + b"(assert " + b"(or " * 50_000 + b"(<= Y_0 0)" + b")" * 50_001 + b"\n")
+@example(data=VNNLIB.replace(b"-0.5", b"-" + b"9" * 400))
+@example(data=VNNLIB.replace(b"1.0", b"NaN"))
 def test_vnnlib_properties(folder, invoke_module, data):
     path = _write(folder, "fuzzed.vnnlib", data)
     check(invoke_module("verify", folder / "tiny.onnx", path, "--timeout", 5), path, allowed=(0, 10, 20))
@@ -274,13 +291,13 @@ STEPS = b'{"lower": [0.0, 0.0], "upper": [0.5, 0.5]}\n{}\n{"lower": [0.1, 0.1], 
 
 
 @FUZZ
-@given(data=st.one_of(hostile_text(STEPS), st.sampled_from([
-    b'{"lower": ' + b"[" * 100_000 + b"]" * 100_000 + b', "upper": [1, 1]}\n',
-    b'{"lower": [1' + b"0" * 400 + b', 0], "upper": [1, 1]}\n',
-    b'{"lower": [0, 0], "upper": [1e400, 1]}\n',
-    b'{"model": ' + json.dumps("\x00").encode() + b"}\n",
-    b'{"model": "' + b"a" * 5000 + b'.onnx"}\n',
-])))
+@given(data=hostile_text(STEPS))
+@example(data=b'{"lower": ' + b"[" * 100_000 + b"]" * 100_000 + b', "upper": [1, 1]}\n')
+@example(data=b'{"lower": ' + b"[" * 900 + b"0, 0" + b"]" * 900 + b', "upper": [1, 1]}\n')
+@example(data=b'{"lower": [1' + b"0" * 400 + b', 0], "upper": [1, 1]}\n')
+@example(data=b'{"lower": [0, 0], "upper": [1e400, 1]}\n')
+@example(data=b'{"model": ' + json.dumps("\x00").encode() + b"}\n")
+@example(data=b'{"model": "' + b"a" * 5000 + b'.onnx"}\n')
 def test_verify_online_steps(folder, invoke_module, data):
     path = _write(folder, "steps.jsonl", data)
     check(invoke_module("verify-online", folder / "tiny.onnx", folder / "holds.vnnlib", "--steps", path, "--timeout", 5),

@@ -75,7 +75,7 @@ def _columns(name: str, header: list[str], decision_column: str, drop: tuple[str
 def _decisions(values: list) -> np.ndarray:
     try:
         return np.asarray([float(v) for v in values])
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # labels as text (an integer beyond float64 too)
         out = np.empty(len(values), dtype=object)
         out[:] = [str(v) for v in values]
         return out
@@ -122,7 +122,7 @@ class _Rows:
         """The good rows as a chunk (None if none is left); reports or raises for the bad ones."""
         try:
             features = np.array([[row[i] for i in self.feature_indices] for row in rows], dtype=np.float64)
-            clean = bool(np.isfinite(features).all()) and all(
+            clean = features.shape == (len(rows), len(self.feature_indices)) and bool(np.isfinite(features).all()) and all(
                 row[self.decision_index] not in (None, "") and row[self.decision_index] == row[self.decision_index]
                 for row in rows)
         except (TypeError, ValueError, OverflowError, IndexError):
