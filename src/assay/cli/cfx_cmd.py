@@ -3,8 +3,8 @@
 Reads a model (``.onnx``/``.nnet``; a scikit-learn MLP can be saved with
 :func:`assay.cfx.explain.write_onnx`), an input (``--input x.json``) or a batch (``--inputs rows.csv``,
 with a progress bar; a bad row gets an ``error:`` line naming its line and the others are still
-explained, exit code 2 at the end; ``--stop-on-error`` stops at the first), and an optional feature spec (``--features spec.json``: one-hot, ordinal,
-immutable variables and bounds). Prints what to change, or with ``--json`` every result. Requests
+explained, exit code 2 at the end; ``--stop-on-error`` stops at the first), and an optional
+feature spec (``--features spec.json``: one-hot, ordinal, immutable variables and bounds). Prints what to change, or with ``--json`` every result. Requests
 that cannot be met (immutable features that forbid any counterfactual, bounds too tight) get a
 plain answer, not a solver traceback. Ctrl-C during a batch keeps the results so far.
 """
@@ -68,8 +68,8 @@ def cfx(
     source = input_file or inputs
     rows = read_input_rows(source, network.input_size, features, positional)
     streams = np.random.SeedSequence(seed).spawn(len(rows.values))
-    batch = sorted([(row, line, values, stream) for row, line, values, stream
-                    in zip(rows.rows, rows.lines, rows.values, streams)] + [(bad.row, bad.line, bad, None) for bad in rows.bad],
+    # Every row in file order: (row, line, values or its BadRow, random stream).
+    batch = sorted([*zip(rows.rows, rows.lines, rows.values, streams), *((bad.row, bad.line, bad, None) for bad in rows.bad)],
                    key=lambda item: item[0])
     results, bad_rows, interrupted, stopped_at = [], [], False, None
     started = time.perf_counter()

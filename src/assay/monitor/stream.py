@@ -95,10 +95,19 @@ def _row_problem(row, width: int, decision_index: int, feature_indices, feature_
             return f"{str(value)[:40]!r} in column {feature_names[k]!r}, which is not a number"
         if not math.isfinite(number):
             return f"NaN or an infinite value in column {feature_names[k]!r}; remove or impute it"
-    value = row[decision_index]
-    if value is None or value == "" or (isinstance(value, float) and value != value):
-        return "no value in the decision column"
+    if _no_decision(row[decision_index]):
+        return "no value in the decision column (empty or NaN)"
     return None
+
+
+def _no_decision(value) -> bool:
+    """Whether a decision cell is empty: None, blank text, or NaN (also written as text, "NaN")."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return True
+    try:
+        return math.isnan(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -122,9 +131,8 @@ class _Rows:
         """The good rows as a chunk (None if none is left); reports or raises for the bad ones."""
         try:
             features = np.array([[row[i] for i in self.feature_indices] for row in rows], dtype=np.float64)
-            clean = features.shape == (len(rows), len(self.feature_indices)) and bool(np.isfinite(features).all()) and all(
-                row[self.decision_index] not in (None, "") and row[self.decision_index] == row[self.decision_index]
-                for row in rows)
+            clean = (features.shape == (len(rows), len(self.feature_indices)) and bool(np.isfinite(features).all())
+                     and not any(_no_decision(row[self.decision_index]) for row in rows))
         except (TypeError, ValueError, OverflowError, IndexError):
             clean = False
         if not clean:
