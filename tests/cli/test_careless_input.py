@@ -232,3 +232,14 @@ def test_monitor_stop_on_error_ends_at_the_first_bad_row_with_the_summary(invoke
     assert result.exit_code == 2, result.output
     assert len(error_lines(result)) == 1
     assert "decisions       1" in result.stdout and "stopped at line 3" in result.stdout
+
+
+def test_instances_stop_on_error_cancels_at_the_first_instance_that_cannot_be_read(invoke, tiny, tmp_path):
+    instances = tmp_path / "instances.csv"
+    instances.write_text("tiny.onnx,holds.vnnlib,30\ntiny.onnx,missing.vnnlib,30\ntiny.onnx,violated.vnnlib,30\n")
+    out = tmp_path / "out.csv"
+    result = invoke("verify", "--instances", instances, "--workers", 1, "--out", out, "--stop-on-error")
+    assert result.exit_code == 2, result.output
+    (line,) = error_lines(result)
+    assert str(instances) in line and "line 2" in line and "missing.vnnlib" in line
+    assert out.read_text().count("\n") == 2  # the header and the instance that ran before it
