@@ -7,8 +7,9 @@ layers and shapes; relative paths are resolved against the steps file's folder),
 do both, and ``{}`` re-checks unchanged. :class:`assay.verify.online.OnlineVerifier` verifies
 step 0 from scratch and every later step reusing the last step's leaves (``--accelerations``).
 
-The whole steps file is read and checked before anything is verified: a malformed line is an
-:class:`~assay.errors.AssayError` naming the file, the line and the fix (exit code 2).
+The whole steps file is read and checked (:mod:`assay.verify.online.steps`) before anything is
+verified: a malformed line is an :class:`~assay.errors.AssayError` naming the file, the line and
+the fix (exit code 2).
 Exit codes: 0 every step holds, 10 some step is violated (its counterexample, re-checked by a
 forward pass, is printed), 20 some step is unknown or timed out (and none is violated), 2 error,
 130 Ctrl-C (the finished steps are still printed and written to ``--out``).
@@ -26,10 +27,9 @@ import typer
 from assay.cli._common import EXIT_INTERRUPTED, console, load_network, read_property, show_progress
 from assay.cli.verify_cmd import _EXIT_FOR_STATUS, DEFAULT_TIMEOUT, SMALL_NETWORK_PARAMETERS, _numbers
 from assay.errors import AssayError, DataError, OptionError, SpecError
-from assay.verify.online.steps import Step, read_steps
 from assay.verify.options import INPUT_SPLIT_METHODS
 
-__all__ = ["verify_online", "read_steps", "Step"]
+__all__ = ["verify_online"]
 
 # Counterexamples printed in the text output (all of them are in --json and --out).
 _SHOWN_COUNTEREXAMPLES = 5
@@ -68,6 +68,7 @@ def verify_online(
     import torch
 
     from assay.verify.online import OnlineOptions
+    from assay.verify.online.steps import read_steps
 
     try:
         options = OnlineOptions.build(accelerations=accelerations, max_leaves=max_leaves, method=method,
@@ -116,8 +117,8 @@ def _open_out(out: Path | None):
 
 
 # ------------------------------------------------------------------------------- running
-def _run(network, query, steps: list[Step], steps_file: Path, options, sink, progress: bool):
-    """Step 0 and every step of the file; returns ([(line, OnlineStep)], interrupted, wall seconds)."""
+def _run(network, query, steps: list, steps_file: Path, options, sink, progress: bool):
+    """Step 0 and every step of the file (:class:`assay.verify.online.steps.Step`); returns ([(line, OnlineStep)], interrupted, wall seconds)."""
     import contextlib
 
     import torch
