@@ -84,8 +84,8 @@ def cfx(
                             robust=robust, delta=delta, use_apas=use_apas, R=R, alpha=alpha,
                             rng=np.random.default_rng(stream), time_limit=time_limit, direct=direct, samples=samples)))
                     except DataError as exc:  # this row's values (outside the spec); option errors stop the batch
-                        if inputs is None:
-                            raise
+                        if inputs is None:  # the one input of --input x.json: name its file
+                            raise DataError(f"{source}: {exc}") from exc
                         problem = BadRow(str(source), line, row, str(exc))
                 advance()
                 if problem is not None:
