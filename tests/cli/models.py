@@ -51,3 +51,16 @@ def holding_property(path: Path) -> Path:
 def violated_property(path: Path) -> Path:
     """Unsafe: y0 ≥ 1.5, reached e.g. at x = (1, 1) where y0 = 2."""
     return write_vnnlib(path, "(>= Y_0 1.5)")
+
+
+def write_logit_onnx(path: Path) -> Path:
+    """x (1, 2) → Gemm → one logit y = x0 + x1 − 1: inputs of [0, 1]² with x0 + x1 < 1 are class 0, and
+    every one has a counterfactual (raise the sum to 1)."""
+    initializers = [numpy_helper.from_array(np.array([[1.0, 1.0]]), "w"), numpy_helper.from_array(np.array([-1.0]), "b")]
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["input", "w", "b"], ["output"], name="logit", transB=1)], "logit",
+        [helper.make_tensor_value_info("input", TensorProto.DOUBLE, [1, 2])],
+        [helper.make_tensor_value_info("output", TensorProto.DOUBLE, [1, 1])], initializers,
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path

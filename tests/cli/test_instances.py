@@ -61,7 +61,7 @@ def test_instances_cannot_be_combined_with_workers_and_scheduler(invoke, tmp_pat
 
 def test_instances_csv_errors(tmp_path):
     path = tmp_path / "instances.csv"
-    with pytest.raises(DataError, match="no such instances file"):
+    with pytest.raises(DataError, match="no such file; pass the path of an instances CSV"):
         read_instances(path)
     path.write_text("network,property,timeout\n")  # a header alone
     with pytest.raises(DataError, match="no instances"):

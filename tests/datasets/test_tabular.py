@@ -50,14 +50,17 @@ def test_numeric_labels_sort_as_numbers(tmp_path):
 
 
 @pytest.mark.parametrize("text, words", [
-    ("a,b,y\n1,2\n", "line 2 has 2 fields, but the header has 3"),
-    ("a,b,y\n1,two,0\n", "column 'b' has the non-numeric value 'two' on line 2"),
-    ("a,b,y\n1,2,0\n1,nan,1\n", "column 'b' has 'nan' on line 3"),
+    ("a,b,y\n1,2\n", "line 2: 2 fields, but the header has 3"),
+    ("a,b,y\n1,two,0\n", "line 2: column 'b' has the non-numeric value 'two'"),
+    ("a,b,y\n1,2,0\n\n1,nan,1\n", "line 4: column 'b' has 'nan'"),  # the blank line 3 still counts
+    ("a,b,y\n1,2,0\n1,1e400,1\n", "line 3: column 'b' has '1e400', not a finite number"),
+    ("a,b,y\n1,2,0\n\xe9,2,1\n", "line 3: not UTF-8 text"),
+    ("a,b,y\n", "no data rows"),
     ("", "the file is empty"),
 ])
 def test_bad_csv_names_file_line_and_column(tmp_path, text, words):
     path = tmp_path / "bad.csv"
-    path.write_text(text)
+    path.write_bytes(text.encode("latin-1"))  # \xe9 is one byte, not UTF-8
     with pytest.raises(DataError, match="bad.csv") as info:
         load_tabular(path, "y")
     assert words in str(info.value)

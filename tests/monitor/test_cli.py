@@ -74,8 +74,8 @@ def test_parquet_stream(tmp_path):
     [
         (STREAM, ["--drop", "lbl"], "no column 'lbl' to drop"),
         (STREAM, ["--decision-column", "decision"], "no decision column 'decision'"),
-        (STREAM.replace("0.3,0.1", "nan,0.1"), ["--drop", "label"], "line 5 of .* NaN .* column 'a'"),
-        (STREAM.replace("0.3,0.1", "high,0.1"), ["--drop", "label"], "line 5 of .*'high' in column 'a'"),
+        (STREAM.replace("0.3,0.1", "nan,0.1"), ["--drop", "label"], "line 5: NaN .* column 'a'"),
+        (STREAM.replace("0.3,0.1", "high,0.1"), ["--drop", "label"], "line 5: 'high' in column 'a'"),
         (STREAM, ["--metric", "hamming"], "metric"),
         ("", [], "empty"),
     ],

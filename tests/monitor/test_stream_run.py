@@ -16,7 +16,7 @@ X = np.array([[0, 0], [0.1, 0], [0.9, 0.9], [0.3, 0.1], [0.2, 0.05]])
 Y = [1, 0, 1, 0, 1]
 SUMMARY_KEYS = ["stream", "decisions", "pairs", "flagged", "epsilon", "metric", "index", "latency_ms_p50",
                 "latency_ms_p99", "latency_ms_mean", "batch_size", "seconds", "peak_memory_mb", "interrupted",
-                "witnesses_file"]
+                "witnesses_file", "bad_rows", "stopped_at"]
 
 
 @pytest.fixture
@@ -85,7 +85,7 @@ def test_bad_input_and_options(stream, tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text(STREAM.replace("0.3,0.1", "nan,0.1"))
     out = tmp_path / "w.jsonl"
-    with pytest.raises(DataError, match="line 5 of .* NaN .* column 'a'"):
+    with pytest.raises(DataError, match="line 5: NaN .* column 'a'"):
         monitor_stream(str(bad), 0.1, drop=("label",), batch_size=1, witnesses_out=out)
     assert len(out.read_text().splitlines()) == 1  # the witnesses found before the bad line stay written
     with pytest.raises(OptionError, match="batch_size"):

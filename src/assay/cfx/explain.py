@@ -2,7 +2,8 @@
 
 :func:`explain` picks what :func:`assay.cfx.counterfactual`, :func:`robust_counterfactual`,
 :func:`delta_robust` and :func:`apas` to run from the options and returns one
-:class:`Explanation`; :func:`read_inputs` reads a JSON input or a CSV of inputs; :func:`write_onnx`
+:class:`Explanation`; :func:`read_input_rows` reads a JSON input or a CSV batch of inputs (the bad rows
+apart), :func:`read_inputs` the same, refusing the first bad row; :func:`write_onnx`
 saves a Linear/ReLU network (e.g. a scikit-learn MLP loaded with :func:`assay.nn.load`) as an ONNX
 file the command can read.
 """
@@ -20,9 +21,10 @@ from assay.cfx.features import FeatureTypes
 from assay.cfx.generate import RobustCounterfactual, robust_counterfactual
 from assay.cfx.milp import Counterfactual, counterfactual, default_target
 from assay.cfx.robustness import DeltaRobustness, delta_robust
+from assay.datasets.csv_rows import NumericRows
 from assay.errors import DataError, OptionError
 
-__all__ = ["Explanation", "explain", "read_inputs", "write_onnx"]
+__all__ = ["Explanation", "explain", "read_inputs", "read_input_rows", "write_onnx"]
 
 
 @dataclass(frozen=True)
@@ -95,34 +97,68 @@ def explain(network, x, *, features: FeatureTypes | None = None, target: int | N
     return Explanation(found, delta_check=check, apas=apas_result)
 
 
-def read_inputs(path, size: int, features: FeatureTypes | None = None) -> np.ndarray:
-    """Inputs as a (rows, size) array from a JSON file (a list of numbers, a list of lists, or
-    ``{"x": [...]}``) or a CSV file with a header (every column numeric; columns matched by the
-    feature spec's names when it has them, else taken in order)."""
+def read_inputs(path, size: int, features: FeatureTypes | None = None, positional: bool = False) -> np.ndarray:
+    """Inputs as a (rows, size) array (see :func:`read_input_rows`); the first bad row raises DataError."""
+    found = read_input_rows(path, size, features, positional)
+    if found.bad:
+        raise DataError(str(found.bad[0]))
+    return found.values
+
+
+def read_input_rows(path, size: int, features: FeatureTypes | None = None, positional: bool = False) -> NumericRows:
+    """The inputs of a JSON or CSV file (the suffix decides), with the rows that could not be read.
+
+    * JSON: a list of numbers, a list of lists, or ``{"x": [...]}``; any problem refuses the file
+      (``rows`` and ``lines`` then both count the lists, 1-based).
+    * CSV with a header (:mod:`assay.datasets.csv_rows`): a batch. When the feature spec names its
+      variables, the columns are taken by those names (in any order, other columns ignored), and a
+      header without every name is an error listing both, unless ``positional``: then, as without
+      names, the header must have one column per input and they are read in order. A ragged,
+      non-numeric or NaN row is returned in ``bad`` (the others are read).
+
+    Raises:
+        DataError: the file is missing, not JSON / not UTF-8 / not CSV, or its header does not fit.
+    """
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such file; pass a JSON list of {size} numbers (--input) or a CSV (--inputs)")
     if path.suffix.lower() == ".json":
-        try:
-            payload = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}: not valid JSON ({exc})") from None
-        if isinstance(payload, dict):
-            payload = payload.get("x", payload.get("inputs"))
-        try:
-            rows = np.atleast_2d(np.asarray(payload, dtype=np.float64))
-        except (TypeError, ValueError):
-            raise DataError(f"{path}: expected a list of {size} numbers (or {{\"x\": [...]}}); got something else") from None
-    else:
-        from assay.datasets import read_csv
+        rows = _json_inputs(path, size)
+        numbers = tuple(range(1, len(rows) + 1))
+        return NumericRows(rows, numbers, numbers, ())
+    from assay.datasets.csv_rows import numeric_rows, read_csv_table
 
-        header, body = read_csv(path)
-        names = list(features.names) if features is not None and features.names is not None else None
-        columns = [header.index(n) for n in names] if names and all(n in header for n in names) else list(range(len(header)))
-        try:
-            rows = np.array([[float(row[c]) for c in columns] for row in body], dtype=np.float64)
-        except ValueError as exc:
-            raise DataError(f"{path}: every input column must be numeric ({exc}); encode categories as the model does") from None
+    table = read_csv_table(path)
+    names = list(features.names) if features is not None and features.names is not None else None
+    if names and not positional:
+        if not all(name in table.header for name in names):
+            raise DataError(f"{path}: the header names {', '.join(table.header)}, but the feature spec names "
+                            f"{', '.join(names)}; rename the columns to the spec's names, or pass --positional to "
+                            f"read the first {size} columns in order")
+        columns = [table.header.index(name) for name in names]
+    else:
+        if len(table.header) != size:
+            raise DataError(f"{path}: the header has {len(table.header)} columns ({', '.join(table.header)[:200]}), "
+                            f"but the model takes {size} inputs; give one column per input, in the model's order")
+        columns = list(range(size))
+    return numeric_rows(table, columns)
+
+
+def _json_inputs(path: Path, size: int) -> np.ndarray:
+    try:
+        payload = json.loads(path.read_bytes().decode("utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text; save the JSON file as UTF-8") from exc
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: not valid JSON ({exc}); write a list of {size} numbers") from None
+    except RecursionError:
+        raise DataError(f"{path}: the JSON nests too deeply; write a list of {size} numbers") from None
+    if isinstance(payload, dict):
+        payload = payload.get("x", payload.get("inputs"))
+    try:
+        rows = np.atleast_2d(np.asarray(payload, dtype=np.float64))
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        raise DataError(f"{path}: expected a list of {size} numbers (or {{\"x\": [...]}}); got something else") from None
     if rows.ndim != 2 or rows.shape[1] != size:
         raise DataError(f"{path}: each input needs {size} values (the model's inputs); got shape {rows.shape}")
     if not np.isfinite(rows).all():

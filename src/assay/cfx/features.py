@@ -48,6 +48,10 @@ def _group_tuple(groups, what: str) -> tuple[tuple[int, ...], ...]:
     return tuple(out)
 
 
+# The largest encoded input a spec file may declare (a guard against absurd sizes before arrays are built).
+_MAX_SIZE = 10_000_000
+
+
 @dataclass(frozen=True, eq=False)
 class FeatureTypes:
     """Which encoded variables are continuous, one-hot, ordinal or immutable, and their bounds.
@@ -145,21 +149,34 @@ class FeatureTypes:
         if isinstance(source, (str, Path)):
             where = str(source)
             try:
-                source = json.loads(Path(source).read_text())
+                source = json.loads(Path(source).read_bytes().decode("utf-8-sig"))
             except FileNotFoundError:
                 raise DataError(f"{where}: no such file; pass a JSON feature spec with --features") from None
-            except json.JSONDecodeError as exc:
-                raise SpecError(f"{where}: not valid JSON ({exc}); see the README's cfx section for the format") from None
+            except OSError as exc:
+                raise DataError(f"{where}: cannot be read ({exc.strerror or exc}); pass a JSON feature spec file") from exc
+            except UnicodeDecodeError as exc:
+                raise SpecError(f"{where}: not UTF-8 text; save the feature spec as UTF-8 JSON") from exc
+            except (json.JSONDecodeError, RecursionError) as exc:
+                raise SpecError(f"{where}: not valid JSON ({str(exc)[:100]}); see the README's cfx section for the "
+                                "format") from None
         if not isinstance(source, dict) or "size" not in source:
             raise SpecError(f"{where}: a feature spec is a JSON object with at least 'size' (the number of encoded variables)")
         unknown = set(source) - {"size", "one_hot", "ordinal", "immutable", "lower", "upper", "names", "cost"}
         if unknown:
             raise SpecError(f"{where}: unknown keys {sorted(unknown)}; the keys are size, one_hot, ordinal, immutable, "
                             "lower, upper, names, cost")
+        size = source["size"]
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= _MAX_SIZE:
+            raise SpecError(f"{where}: 'size' must be the number of encoded variables, an integer in 1..{_MAX_SIZE:,}; "
+                            f"got {str(size)[:40]}")
         try:
             return cls(**source)
         except SpecError as exc:
             raise SpecError(f"{where}: {exc}") from None
+        except (TypeError, ValueError, OverflowError) as exc:  # a value of the wrong JSON type, e.g. "lower": "x"
+            raise SpecError(f"{where}: a value has the wrong type ({str(exc)[:100]}); groups and immutable are lists "
+                            "of variable indices, lower, upper and cost lists of numbers, names a list of "
+                            "strings") from exc
 
     def to_json(self) -> dict:
         return {

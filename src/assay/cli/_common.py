@@ -33,7 +33,7 @@ def handle_errors(command):
         try:
             return command(*args, **kwargs)
         except AssayError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(f"error: {one_line(str(exc))}", err=True)
             raise typer.Exit(EXIT_ERROR) from None
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
@@ -83,3 +83,16 @@ def read_property(path, network):
     from assay.sets import read_vnnlib
 
     return read_vnnlib(path, num_inputs=network.input_size, num_outputs=network.output_size)
+
+
+def report_bad_row(problem) -> None:
+    """One ``error: FILE, line N: reason`` line on stderr for a bad row of a batch (the batch goes on)."""
+    typer.echo(f"error: {one_line(str(problem))}", err=True)
+
+
+def one_line(message: str) -> str:
+    """``message`` with line breaks and other control characters escaped (``\\n``, ``\\x1c``), so that
+    an error quoting a file's bytes or a foreign library's text stays one line on stderr."""
+    if message.isprintable():
+        return message
+    return "".join(c if c.isprintable() or c == " " else ascii(c)[1:-1] for c in message)

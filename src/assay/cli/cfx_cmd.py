@@ -2,8 +2,9 @@
 
 Reads a model (``.onnx``/``.nnet``; a scikit-learn MLP can be saved with
 :func:`assay.cfx.explain.write_onnx`), an input (``--input x.json``) or a batch (``--inputs rows.csv``,
-with a progress bar), and an optional feature spec (``--features spec.json``: one-hot, ordinal,
-immutable variables and bounds). Prints what to change, or with ``--json`` every result. Requests
+with a progress bar; a bad row gets an ``error:`` line naming its line and the others are still
+explained, exit code 2 at the end; ``--stop-on-error`` stops at the first), and an optional
+feature spec (``--features spec.json``: one-hot, ordinal, immutable variables and bounds). Prints what to change, or with ``--json`` every result. Requests
 that cannot be met (immutable features that forbid any counterfactual, bounds too tight) get a
 plain answer, not a solver traceback. Ctrl-C during a batch keeps the results so far.
 """
@@ -17,8 +18,9 @@ from pathlib import Path
 
 import typer
 
-from assay.cli._common import console, load_network, show_progress
-from assay.errors import OptionError
+from assay.cli._common import EXIT_ERROR, console, load_network, report_bad_row, show_progress
+from assay.datasets.csv_rows import BadRow
+from assay.errors import DataError, OptionError
 
 __all__ = ["cfx", "print_cfx_section"]
 
@@ -40,11 +42,16 @@ def cfx(
     samples: int = typer.Option(None, "--samples", help="APΔS: shifted models per test (default ⌈log(1 − α) / log R⌉, 1379 for the defaults); the guarantee then holds with confidence 1 − Rⁿ for this n."),
     seed: int = typer.Option(0, "--seed", help="APΔS sampler seed (each input gets its own stream)."),
     time_limit: float = typer.Option(None, "--time-limit", help="Seconds per MILP solve (default: no limit)."),
+    positional: bool = typer.Option(False, "--positional", help="--inputs: read the CSV's columns in order, one per input, whatever the header names (default: by the --features spec's names when it has them)."),
+    stop_on_error: bool = typer.Option(False, "--stop-on-error", help="--inputs: stop at the first bad row (default: report it and go on with the others; the exit code is 2 either way)."),
     json_output: bool = typer.Option(False, "--json", help="Print every result as JSON."),
 ) -> None:
-    """Explain rejected inputs with counterfactuals, optionally robust to model retraining."""
+    """Explain rejected inputs with counterfactuals, optionally robust to model retraining.
+
+    With --inputs, a bad row (not numeric, NaN, outside the feature spec) gets one error line naming its line and the others are still explained; the exit code is then 2, after the results.
+    """  # noqa: E501 (typer keeps a docstring's line breaks in --help)
     from assay.cfx import FeatureTypes
-    from assay.cfx.explain import explain, read_inputs
+    from assay.cfx.explain import explain, read_input_rows
 
     if (input_file is None) == (inputs is None):
         raise OptionError("give exactly one of --input x.json (one input) or --inputs rows.csv (a batch)")
@@ -54,35 +61,68 @@ def cfx(
         raise OptionError(f"--delta must be ≥ 0; got {delta}")
     network = load_network(model)
     features = FeatureTypes.from_json(features_file) if features_file is not None else None
-    rows = read_inputs(input_file or inputs, network.input_size, features)
+    if features is not None and features.size != network.input_size:
+        raise DataError(f"{features_file}: the feature spec has {features.size} variables, but {model} takes "
+                        f"{network.input_size} inputs; write the spec for this model")
+    source = input_file or inputs
+    rows = read_input_rows(source, network.input_size, features, positional)
     import numpy as np
 
-    streams = np.random.SeedSequence(seed).spawn(len(rows))
-    results, interrupted = [], False
+    streams = np.random.SeedSequence(seed).spawn(len(rows.values))
+    # Every row in file order: (row, line, values or its BadRow, random stream).
+    batch = sorted([*zip(rows.rows, rows.lines, rows.values, streams), *((bad.row, bad.line, bad, None) for bad in rows.bad)],
+                   key=lambda item: item[0])
+    results, bad_rows, interrupted, stopped_at = [], [], False, None
     started = time.perf_counter()
-    with _bar(len(rows), inputs is not None and show_progress(json_output)) as advance:
+    with _bar(len(batch), inputs is not None and show_progress(json_output)) as advance:
         try:
-            for row, stream in zip(rows, streams):
-                results.append(explain(network, row, features=features, target=target, distance=distance, margin=margin,
-                                       robust=robust, delta=delta, use_apas=use_apas, R=R, alpha=alpha,
-                                       rng=np.random.default_rng(stream), time_limit=time_limit, direct=direct,
-                                       samples=samples))
+            for row, line, values, stream in batch:
+                problem = values if isinstance(values, BadRow) else None
+                if problem is None:
+                    try:
+                        results.append((row, line, explain(
+                            network, values, features=features, target=target, distance=distance, margin=margin,
+                            robust=robust, delta=delta, use_apas=use_apas, R=R, alpha=alpha,
+                            rng=np.random.default_rng(stream), time_limit=time_limit, direct=direct, samples=samples)))
+                    except DataError as exc:  # this row's values (outside the spec); option errors stop the batch
+                        if inputs is None:  # the one input of --input x.json: name its file
+                            raise DataError(f"{source}: {exc}") from exc
+                        problem = BadRow(str(source), line, row, str(exc))
                 advance()
+                if problem is not None:
+                    report_bad_row(problem)
+                    bad_rows.append(problem)
+                    if stop_on_error:
+                        stopped_at = problem.line
+                        break
         except KeyboardInterrupt:
             interrupted = True
     if json_output:
         payload = {"model": str(model), "interrupted": interrupted, "seconds": time.perf_counter() - started,
-                   "results": [r.to_json() for r in results]}
+                   "results": [{"row": row, "line": line} | r.to_json() for row, line, r in results]}
+        if inputs is not None:
+            payload |= {"errors": [bad.to_json() for bad in bad_rows], "stopped_at": stopped_at}
         typer.echo(json.dumps(payload, indent=2))
-        return
+    else:
+        _print_results(results, bad_rows, features, inputs is not None, robust, delta, interrupted, stopped_at,
+                       time.perf_counter() - started)
+    if bad_rows:
+        raise typer.Exit(EXIT_ERROR)
+
+
+def _print_results(results, bad_rows, features, batch: bool, robust, delta, interrupted, stopped_at, seconds) -> None:
     out = console()
-    for index, result in enumerate(results):
-        _print_one(out, result, features, index if inputs is not None else None)
-    if inputs is not None:
-        found = sum(r.counterfactual.found for r in results)
-        line = f"{found}/{len(results)} inputs have a counterfactual; {time.perf_counter() - started:.1f} s"
+    for row, _, result in results:
+        _print_one(out, result, features, row if batch else None)
+    if batch:
+        found = sum(r.counterfactual.found for _, _, r in results)
+        line = f"{found}/{len(results)} inputs have a counterfactual; {seconds:.1f} s"
         if robust:
-            line += f"; {sum(r.robust.robust for r in results)} robust at δ = {delta:g}"
+            line += f"; {sum(r.robust.robust for _, _, r in results)} robust at δ = {delta:g}"
+        if bad_rows:
+            line += f"; {len(bad_rows)} bad row{'s' if len(bad_rows) > 1 else ''} skipped (see the error lines)"
+        if stopped_at is not None:
+            line += f"; stopped at line {stopped_at} (--stop-on-error)"
         out.print(line + (" (interrupted)" if interrupted else ""))
 
 

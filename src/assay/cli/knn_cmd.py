@@ -7,7 +7,9 @@ every value of the ``--protected`` columns and every point of the ``--epsilon`` 
 summary table (certified / unknown / falsified, time per input) or, with ``--json``, every
 certificate. Features are used as given (standardise them beforehand, as the authors' splits are).
 Bad input raises an :class:`~assay.errors.AssayError` (the main CLI prints ``error: ...`` and exits 2).
-Ctrl-C stops early and still prints the summary of the inputs certified so far.
+Ctrl-C stops early and still prints the summary of the inputs certified so far. A bad row of
+``--test`` gets one ``error:`` line and is left out (``--stop-on-error``: the rows after it too);
+the exit code is then 2, after the summary.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import typer
 
+from assay.cli._common import EXIT_ERROR, report_bad_row
 from assay.errors import DataError, OptionError
 
 __all__ = ["knn_fairness"]
@@ -69,9 +72,13 @@ def knn_fairness(
     direction: str = typer.Option("", "--direction", help="Only flips FROM:TO (label values), e.g. 1:0."),
     workers: int = typer.Option(1, "--workers", help="Processes to fan the inputs out to (assay.run)."),
     falsify: bool = typer.Option(True, "--falsify/--no-falsify", help="Search for confirmed counterexamples where not certified."),
+    stop_on_error: bool = typer.Option(False, "--stop-on-error", help="--test: certify only the rows before the first bad one (default: report each bad row and certify the others; the exit code is 2 either way)."),
     json_output: bool = typer.Option(False, "--json", help="Print every certificate and the summary as JSON."),
 ) -> None:
-    """Certify that KNN decisions survive biased training labels (label-flipping, individual and ε-fairness)."""
+    """Certify that KNN decisions survive biased training labels (label-flipping, individual and ε-fairness).
+
+    A bad row of --test (ragged, not numeric, NaN) gets one error line naming its line and the other rows are still certified; the exit code is then 2, after the summary.
+    """  # noqa: E501 (typer keeps a docstring's line breaks in --help)
     from assay.datasets import load_tabular, read_csv
     from assay.fairness.knn import KnnFairnessCertifier
 
@@ -89,7 +96,12 @@ def knn_fairness(
             raise DataError(f"{train}: no column {label!r} (the label); the columns are {', '.join(header)}; "
                             f"pass the label column with --label")
     data = load_tabular(train, label, test)
-    X_train, y_train, X_test = data.train_X, data.train_y, data.test_X
+    X_train, y_train, X_test, lines = data.train_X, data.train_y, data.test_X, data.test_lines
+    for problem in data.test_bad[:1] if stop_on_error else data.test_bad:
+        report_bad_row(problem)
+    if stop_on_error and data.test_bad:
+        before = sum(line < data.test_bad[0].line for line in lines)
+        X_test, lines = X_test[:before], lines[:before]
     names, classes = list(data.feature_names), list(data.label_names)
     label_index = {name: i for i, name in enumerate(classes)}
 
@@ -119,9 +131,13 @@ def knn_fairness(
             raise OptionError(f"--direction expects FROM:TO, e.g. 1:0; got {direction!r}")
         flip_direction = (label_of(parts[0].strip(), "--direction"), label_of(parts[1].strip(), "--direction"))
     started = time.perf_counter()
-    certifier = KnnFairnessCertifier(X_train, y_train, k_candidates=_ints(k, "--k"), folds=folds,
-                                     class_weights=class_weights or None, down_sample=down_sample,
-                                     flip_group=groups or None, direction=flip_direction)
+    candidates = _ints(k, "--k")
+    try:
+        certifier = KnnFairnessCertifier(X_train, y_train, k_candidates=candidates, folds=folds,
+                                         class_weights=class_weights or None, down_sample=down_sample,
+                                         flip_group=groups or None, direction=flip_direction)
+    except (DataError, OptionError) as exc:  # what the training table cannot support (too few rows, one class)
+        raise type(exc)(f"{train}: {exc}") from exc
     import numpy as np
 
     radii = {}
@@ -140,12 +156,18 @@ def knn_fairness(
     wall = time.perf_counter() - started
     summary = _summary(certifier, certificates, flips, wall)
     summary["interrupted"] = interrupted
+    bad = data.test_bad[:1] if stop_on_error else data.test_bad
+    summary["bad_rows"] = len(bad)
     if json_output:
         payload = {"summary": summary, "labels": classes,
-                   "certificates": [dict(c.to_json(), input_index=i) for i, c in enumerate(certificates)]}
+                   "certificates": [dict(c.to_json(), input_index=i, **({"line": lines[i]} if lines else {}))
+                                    for i, c in enumerate(certificates)],
+                   "errors": [problem.to_json() for problem in bad]}
         typer.echo(json.dumps(payload, indent=2))
-        return
-    _print_summary(summary, train)
+    else:
+        _print_summary(summary, train)
+    if bad:
+        raise typer.Exit(EXIT_ERROR)
 
 
 def _interactive() -> bool:
@@ -227,3 +249,5 @@ def _print_summary(summary: dict, train: Path) -> None:
     console.print(f"time per input: median {summary['seconds_per_input_median'] * 1e3:.2f} ms, mean "
                   f"{summary['seconds_per_input_mean'] * 1e3:.2f} ms; set-up {summary['setup_seconds']:.2f} s; "
                   f"total {summary['wall_seconds']:.2f} s")
+    if summary.get("bad_rows"):
+        console.print(f"{summary['bad_rows']} bad row(s) of the test file left out (see the error lines)")

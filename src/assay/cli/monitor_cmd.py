@@ -7,6 +7,9 @@ pairs, flagged decisions, per-decision latency (p50/p99, amortised over each bat
 ``--batch-size 1`` measures single decisions) and peak memory.
 ``--report report.html`` also writes a self-contained HTML summary (latency histogram, the most
 witnessed flagged decisions).
+A bad row (a feature that is not a finite number, no decision, too few values, a line that is not
+JSON) gets one ``error:`` line naming its line and is left out; the others are monitored and the exit
+code is 2 after the summary (``--stop-on-error``: the run ends at the first bad row).
 Ctrl-C stops early and still prints the summary of what was monitored. Any
 :class:`~assay.errors.AssayError` prints one ``error: ...`` line on stderr and exits with code 2.
 """
@@ -19,6 +22,7 @@ from pathlib import Path
 
 import typer
 
+from assay.cli._common import EXIT_ERROR, one_line, report_bad_row
 from assay.errors import AssayError, DataError, UnsupportedError
 
 __all__ = ["monitor"]
@@ -45,6 +49,7 @@ def monitor(
     post: str = typer.Option(None, "--post", help="Stream the decisions into a running `assay serve` at this URL (e.g. http://127.0.0.1:8000) instead of monitoring here; the server's monitor decides ε and the metric. Each batch is sent with an idempotency key and re-sent on connection errors, so it counts once."),
     post_monitor: str = typer.Option("default", "--post-monitor", help="With --post: the server's monitor to post to."),
     token: str = typer.Option(None, "--token", envvar="ASSAY_TOKEN", help="With --post: the server's token (also read from ASSAY_TOKEN)."),
+    stop_on_error: bool = typer.Option(False, "--stop-on-error", help="Stop at the first bad row (default: report each bad row, leave it out and monitor the others; the exit code is 2 either way)."),
 ) -> None:
     """Monitor a stream of decisions for pairs of close inputs with different decisions."""
     if post is not None:
@@ -66,7 +71,8 @@ def monitor(
 
         options = dict(decision_column=decision_column, drop=dropped, index=index, max_history=max_history,
                        max_witnesses=max_witnesses, batch_size=batch_size, witnesses_out=out, checkpoint=checkpoint,
-                       keep_top=_REPORT_TOP_FLAGGED if report is not None else 0)
+                       keep_top=_REPORT_TOP_FLAGGED if report is not None else 0, on_bad_row=report_bad_row,
+                       stop_on_error=stop_on_error)
         if sys.stderr.isatty() and not json_output:
             from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -87,11 +93,17 @@ def monitor(
                 raise DataError(f"cannot write the report {report}: {exc}") from exc
             summary["report"] = str(report)
     except AssayError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {one_line(str(exc))}", err=True)
         raise typer.Exit(2) from None
     if json_output:
         typer.echo(json.dumps(summary, indent=2))
-        return
+    else:
+        typer.echo(_summary_text(summary, out, report))
+    if summary["bad_rows"]:
+        raise typer.Exit(EXIT_ERROR)
+
+
+def _summary_text(summary: dict, out, report) -> str:
     lines = [
         f"decisions       {summary['decisions']:,}" + (" (interrupted)" if summary["interrupted"] else ""),
         f"violating pairs {summary['pairs']:,}",
@@ -104,7 +116,10 @@ def monitor(
         lines.append(f"witnesses       {out}")
     if report is not None:
         lines.append(f"report          {report}")
-    typer.echo("\n".join(lines))
+    if summary["bad_rows"]:
+        stopped = f", stopped at line {summary['stopped_at']} (--stop-on-error)" if summary["stopped_at"] else ""
+        lines.append(f"bad rows        {summary['bad_rows']:,} left out (see the error lines){stopped}")
+    return "\n".join(lines)
 
 
 def _post(stream, url, monitor_name, token, decision_column, drop, batch_size, json_output, local_options) -> None:

@@ -1,8 +1,10 @@
 """``assay verify``: decide one property, or run a whole VNN-COMP style benchmark.
 
 Exit codes (one instance): 0 holds, 10 violated, 20 unknown or timeout, 2 error, 130 Ctrl-C.
-With ``--instances``: 0 when every instance ran (whatever its verdict), 2 when some instance could
-not be run (bad file: status ``error`` in the results), 130 Ctrl-C (finished rows still written).
+With ``--instances``: 0 when every instance ran (whatever its verdict), 2 when some row was malformed
+or some instance could not be run (bad file: status ``error`` in the results; each gets an ``error:``
+line naming its line in the CSV, and the others still run; ``--stop-on-error`` stops at the first),
+130 Ctrl-C (finished rows still written).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from assay.cli._common import (
     console,
     load_network,
     read_property,
+    report_bad_row,
     show_progress,
 )
 from assay.errors import OptionError
@@ -54,6 +57,9 @@ def verify(
     threads: int = typer.Option(None, "--threads", help="torch threads for one instance (default: 1 for networks "
                                 f"under {SMALL_NETWORK_PARAMETERS:,} parameters, whose small tensors gain nothing "
                                 "from threads and lose much when the cores are shared; torch's default otherwise)."),
+    stop_on_error: bool = typer.Option(False, "--stop-on-error", help="With --instances: stop at the first bad row "
+                                       "or instance that cannot be run (default: report each one and run the others; "
+                                       "the exit code is 2 either way)."),
     result_file: Path = typer.Option(None, "--result-file", help="Also write the verdict as a VNN-COMP result file "
                                      "(sat with the counterexample, unsat, timeout, unknown or error; see "
                                      "vnncomp/run_instance.sh). A model or property that cannot be run writes error."),
@@ -62,7 +68,7 @@ def verify(
 
     Exit codes: 0 holds, 10 violated (the counterexample, re-checked by a forward pass, is printed), 20 unknown or timeout, 2 error, 130 interrupted.
 
-    With --instances: 0 when every instance ran (verdicts are in the table and --out), 2 when some instance could not be run (status error), 130 interrupted (finished rows are still written).
+    With --instances: 0 when every instance ran (verdicts are in the table and --out), 2 when some row was malformed or some instance could not be run (each gets an error line naming its line; the others still run, unless --stop-on-error), 130 interrupted (finished rows are still written).
     """  # noqa: E501 (typer keeps a docstring's line breaks in --help)
     # The deadline counts loading torch, the model and the property too: from the process's
     # start when run as the `assay` command, else from here.
@@ -82,11 +88,12 @@ def verify(
             raise OptionError("--threads is for one instance; with --instances every worker runs one torch thread")
         if result_file is not None:
             raise OptionError("--result-file is for one instance; with --instances use --out")
-        code = _run_instances(instances, timeout, method, json_output, workers, scheduler, out)
+        code = _run_instances(instances, timeout, method, json_output, workers, scheduler, out, stop_on_error)
     else:
         if model is None or property_file is None:
             raise OptionError("give MODEL and PROPERTY (e.g. `assay verify net.onnx prop.vnnlib`), or --instances CSV")
-        for flag, value in (("--workers", workers), ("--scheduler", scheduler), ("--out", out)):
+        for flag, value in (("--workers", workers), ("--scheduler", scheduler), ("--out", out),
+                            ("--stop-on-error", stop_on_error or None)):
             if value is not None:
                 raise OptionError(f"{flag} is only used with --instances")
         if threads is not None and threads < 1:
@@ -206,17 +213,22 @@ def _numbers(tensor) -> str:
 
 
 # ------------------------------------------------------------------------------- many instances
-def _run_instances(csv_path: Path, timeout, method, json_output, workers, scheduler, out) -> int:
+def _run_instances(csv_path: Path, timeout, method, json_output, workers, scheduler, out, stop_on_error) -> int:
     from assay.run import TaskError, TasksInterrupted, run_tasks
-    from assay.run.vnncomp import read_instances, summarize, verify_instance, write_results
+    from assay.run.vnncomp import read_instance_rows, summarize, verify_instance, write_results
 
-    rows = read_instances(csv_path, default_timeout=timeout if timeout is not None else DEFAULT_TIMEOUT)
+    rows, bad = read_instance_rows(csv_path, default_timeout=timeout if timeout is not None else DEFAULT_TIMEOUT)
+    for problem in bad[:1] if stop_on_error else bad:
+        report_bad_row(problem)
+    if stop_on_error and bad:
+        rows = [row for row in rows if row.line < bad[0].line]
     started = time.perf_counter()
     interrupted = False
     try:
-        results = run_tasks(functools.partial(verify_instance, method=method), rows, workers=workers,
-                            scheduler=scheduler, progress=show_progress(json_output),
-                            description=f"{len(rows)} instances", label=lambda row: f"{row.network}, {row.property}")
+        results = run_tasks(functools.partial(verify_instance, method=method, raise_errors=stop_on_error), rows,
+                            workers=workers, scheduler=scheduler, progress=show_progress(json_output),
+                            description=f"{len(rows)} instances",
+                            label=lambda row: f"{csv_path}, line {row.line} ({row.network}, {row.property})")
     except (TasksInterrupted, TaskError) as stopped:
         if stopped.results is None:
             raise
@@ -229,14 +241,19 @@ def _run_instances(csv_path: Path, timeout, method, json_output, workers, schedu
     wall = time.perf_counter() - started
     if out is not None:
         write_results(out, results)
-    summary = summarize(results) | {"wall_seconds": wall, "interrupted": interrupted, "planned": len(rows)}
+    for row in results:
+        if row["status"] == "error":
+            report_bad_row(f"{csv_path}, line {row['line']}: {row['error']}")
+    summary = summarize(results) | {"wall_seconds": wall, "interrupted": interrupted, "planned": len(rows),
+                                    "bad_rows": len(bad[:1] if stop_on_error else bad)}
     if json_output:
-        typer.echo(json.dumps({"summary": summary, "results": results}, indent=2))
+        payload = {"summary": summary, "results": results, "errors": [problem.to_json() for problem in bad]}
+        typer.echo(json.dumps(payload, indent=2))
     else:
         _print_summary(summary, results, out)
     if interrupted:
         return EXIT_INTERRUPTED
-    return EXIT_ERROR if summary["counts"]["error"] else 0
+    return EXIT_ERROR if summary["counts"]["error"] or bad else 0
 
 
 def _print_summary(summary: dict, results: list[dict], out_path) -> None:
@@ -255,8 +272,8 @@ def _print_summary(summary: dict, results: list[dict], out_path) -> None:
     table.add_row("total", str(summary["instances"]), f"{summary['total_seconds']:.1f}", style="bold")
     out.print(table)
     out.print(f"wall time {summary['wall_seconds']:.1f} s")
-    for row in results:
-        if row["status"] == "error":
-            out.print(f"error in {row['network']}, {row['property']}: {row['error']}")
+    if summary["counts"]["error"] or summary["bad_rows"]:
+        out.print(f"{summary['counts']['error']} instance(s) could not be run and {summary['bad_rows']} row(s) were "
+                  "malformed (see the error lines)")
     if out_path is not None:
         out.print(f"results written to {out_path}")

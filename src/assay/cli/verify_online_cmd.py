@@ -7,8 +7,9 @@ layers and shapes; relative paths are resolved against the steps file's folder),
 do both, and ``{}`` re-checks unchanged. :class:`assay.verify.online.OnlineVerifier` verifies
 step 0 from scratch and every later step reusing the last step's leaves (``--accelerations``).
 
-The whole steps file is read and checked before anything is verified: a malformed line is an
-:class:`~assay.errors.AssayError` naming the file, the line and the fix (exit code 2).
+The whole steps file is read and checked (:mod:`assay.verify.online.steps`) before anything is
+verified: a malformed line is an :class:`~assay.errors.AssayError` naming the file, the line and
+the fix (exit code 2).
 Exit codes: 0 every step holds, 10 some step is violated (its counterexample, re-checked by a
 forward pass, is printed), 20 some step is unknown or timed out (and none is violated), 2 error,
 130 Ctrl-C (the finished steps are still printed and written to ``--out``).
@@ -19,33 +20,20 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 
 from assay.cli._common import EXIT_INTERRUPTED, console, load_network, read_property, show_progress
 from assay.cli.verify_cmd import _EXIT_FOR_STATUS, DEFAULT_TIMEOUT, SMALL_NETWORK_PARAMETERS, _numbers
-from assay.errors import AssayError, DataError, ModelLoadError, OptionError, SpecError
+from assay.errors import AssayError, DataError, OptionError, SpecError
 from assay.verify.options import INPUT_SPLIT_METHODS
 
-__all__ = ["verify_online", "read_steps", "Step"]
+__all__ = ["verify_online"]
 
-_KEYS = ("lower", "upper", "model")
-_EXAMPLE = '{"lower": [0.0, 0.1], "upper": [0.5, 0.6]} or {"model": "net_1.onnx"}'
 # Counterexamples printed in the text output (all of them are in --json and --out).
 _SHOWN_COUNTEREXAMPLES = 5
 _STATUS_STYLE = {"holds": "green", "violated": "bold red", "unknown": "yellow", "timeout": "yellow"}
-
-
-@dataclass(frozen=True)
-class Step:
-    """One line of a steps file: the new input box and/or the new model (None: unchanged)."""
-
-    line: int
-    lower: tuple[float, ...] | None = None
-    upper: tuple[float, ...] | None = None
-    model: Path | None = None
 
 
 def verify_online(
@@ -81,6 +69,7 @@ def verify_online(
     import torch
 
     from assay.verify.online import OnlineOptions
+    from assay.verify.online.steps import read_steps
 
     try:
         options = OnlineOptions.build(accelerations=accelerations, max_leaves=max_leaves, method=method,
@@ -119,100 +108,6 @@ def verify_online(
         raise typer.Exit(code)
 
 
-# ------------------------------------------------------------------------------- the steps file
-def read_steps(path: Path, input_size: int, network_name: str = "the network") -> list[Step]:
-    """Read and check a steps file (JSON lines; blank lines are skipped).
-
-    Raises:
-        DataError naming the file, the line and the fix: unreadable file, malformed JSON, unknown
-        keys, one bound without the other, wrong lengths, non-numbers, NaN or infinite values,
-        lower > upper, no steps at all. ModelLoadError: a ``"model"`` file that does not exist.
-    """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DataError(f"steps file {path} not found; give a JSON-lines file with one step per line, e.g. "
-                        f"{_EXAMPLE}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read the steps file {path}: {exc}") from exc
-    steps = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if raw.strip():
-            steps.append(_parse_step(raw, number, path, input_size, network_name))
-    if not steps:
-        raise DataError(f"the steps file {path} has no steps; write one JSON object per line, e.g. {_EXAMPLE}")
-    return steps
-
-
-def _parse_step(raw: str, number: int, path: Path, input_size: int, network_name: str) -> Step:
-    where = f"{path}, line {number}"
-    try:
-        entry = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno}); write one JSON object per "
-                        f"line, e.g. {_EXAMPLE}") from None
-    if not isinstance(entry, dict):
-        raise DataError(f"{where}: expected a JSON object, got {type(entry).__name__} {raw.strip()[:40]}; write e.g. "
-                        f"{_EXAMPLE}")
-    unknown = [key for key in entry if key not in _KEYS]
-    if unknown:
-        raise DataError(f"{where}: unknown key(s) {', '.join(repr(k) for k in unknown)}; a step takes \"lower\" and "
-                        "\"upper\" (the new input box) and/or \"model\" (a model file)")
-    if ("lower" in entry) != ("upper" in entry):
-        given, missing = ("lower", "upper") if "lower" in entry else ("upper", "lower")
-        raise DataError(f"{where}: \"{given}\" without \"{missing}\"; give both bounds of the new input box, or "
-                        "neither to keep the last one")
-    lower = upper = model = None
-    if "lower" in entry:
-        lower = _vector(entry["lower"], "lower", where, input_size, network_name)
-        upper = _vector(entry["upper"], "upper", where, input_size, network_name)
-        for index, (low, high) in enumerate(zip(lower, upper)):
-            if low > high:
-                raise DataError(f"{where}: lower[{index}] = {low:g} > upper[{index}] = {high:g}; each lower bound "
-                                "must be ≤ its upper bound")
-    if "model" in entry:
-        model = _model_path(entry["model"], where, path)
-    return Step(number, lower, upper, model)
-
-
-def _vector(value, name: str, where: str, size: int, network_name: str) -> tuple[float, ...]:
-    if not isinstance(value, list):
-        raise DataError(f"{where}: \"{name}\" must be a list of {size} numbers; got {json.dumps(value)[:40]}")
-    flat = _flatten(value)
-    if len(flat) != size:
-        raise DataError(f"{where}: \"{name}\" has {len(flat)} number{'' if len(flat) == 1 else 's'}, but "
-                        f"{network_name} takes {size} inputs; give one bound per input")
-    numbers = []
-    for index, item in enumerate(flat):
-        if isinstance(item, bool) or not isinstance(item, (int, float)):
-            raise DataError(f"{where}: {name}[{index}] is {json.dumps(item)[:40]}, not a number")
-        if not math.isfinite(item):
-            raise DataError(f"{where}: {name}[{index}] is {item}; the input box needs finite numbers")
-        numbers.append(float(item))
-    return tuple(numbers)
-
-
-def _flatten(value: list) -> list:
-    """Nested lists (an input's shape, e.g. [[...], [...]]) in row-major order."""
-    flat = []
-    for item in value:
-        flat.extend(_flatten(item) if isinstance(item, list) else [item])
-    return flat
-
-
-def _model_path(value, where: str, steps_path: Path) -> Path:
-    if not isinstance(value, str) or not value.strip():
-        raise DataError(f"{where}: \"model\" must be the path of a model file (a string); got {json.dumps(value)[:40]}")
-    model = Path(value)
-    if not model.is_absolute():
-        model = steps_path.parent / model
-    if not model.is_file():
-        raise ModelLoadError(f"{where}: model file {model} not found (a relative path is resolved against the steps "
-                             f"file's folder, {steps_path.parent.resolve()}); fix the path or copy the model there")
-    return model
-
-
 def _open_out(out: Path | None):
     if out is None:
         return None
@@ -223,8 +118,8 @@ def _open_out(out: Path | None):
 
 
 # ------------------------------------------------------------------------------- running
-def _run(network, query, steps: list[Step], steps_file: Path, options, sink, progress: bool):
-    """Step 0 and every step of the file; returns ([(line, OnlineStep)], interrupted, wall seconds)."""
+def _run(network, query, steps: list, steps_file: Path, options, sink, progress: bool):
+    """Step 0 and every step of the file (:class:`assay.verify.online.steps.Step`); returns ([(line, OnlineStep)], interrupted, wall seconds)."""
     import contextlib
 
     import torch

@@ -13,22 +13,25 @@ Two sources, one result (:class:`TabularData`):
 
 A separate test CSV (optional) must hold every feature column by name (with a ``.npy`` split:
 columns ``0 … d−1``); other columns (the label, ids) are ignored. Without one, the test inputs are
-the split's ``X_test``, or the training rows of a CSV.
+the split's ``X_test``, or the training rows of a CSV. The test rows are a batch: a bad one
+(ragged, non-numeric, NaN) is left out and returned in :attr:`TabularData.test_bad` for the
+caller to report, while a bad training row refuses the whole file (leaving it out would change
+the model).
 
 Features are used as given (standardise them beforehand, as the authors' splits are). Every
-problem is a :class:`~assay.errors.DataError` (an :class:`~assay.errors.OptionError` for a
-missing label name) naming the file, the line and the column, and what to fix.
+other problem is a :class:`~assay.errors.DataError` (an :class:`~assay.errors.OptionError` for a
+missing label name) naming the file, the line and the column, and what to fix. CSV files are read
+by :mod:`assay.datasets.csv_rows`.
 """
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 
 import numpy as np
 
+from assay.datasets.csv_rows import BadRow, CsvTable, NumericRows, numeric_rows, read_csv_table
 from assay.errors import DataError, OptionError
 
 __all__ = ["TabularData", "load_tabular", "read_csv"]
@@ -44,6 +47,10 @@ class TabularData:
         test_X: float64 (m, d) inputs to certify, with the same columns as ``train_X``.
         feature_names: the d feature column names, in column order.
         label_names: the C label values as text, in code order (sorted).
+        test_lines: with a test CSV, the line of the file each row of ``test_X`` comes from
+            (else empty).
+        test_bad: with a test CSV, its rows that were left out (ragged, non-numeric, NaN), in file
+            order; the caller reports them.
     """
 
     train_X: np.ndarray
@@ -51,54 +58,49 @@ class TabularData:
     test_X: np.ndarray
     feature_names: tuple[str, ...]
     label_names: tuple[str, ...]
+    test_lines: tuple[int, ...] = ()
+    test_bad: tuple[BadRow, ...] = ()
 
 
 def read_csv(path, header_only: bool = False) -> tuple[list[str], list[list[str]]]:
     """The header (names stripped of spaces) and the non-blank rows of a CSV file, as text.
 
     With ``header_only``, only the first line is read and the rows are ``[]``. Raises DataError
-    when the file is missing or empty, or a row has a different number of fields than the header
-    (the message names the line).
+    when the file is missing, empty, not UTF-8 or not CSV, or a row has a different number of
+    fields than the header (the message names the line). :func:`~assay.datasets.csv_rows.read_csv_table`
+    keeps each row's line instead.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such file; pass the path of a CSV file with a header row")
-    with path.open(newline="", encoding="utf-8") as handle:
-        rows = list(islice(csv.reader(handle), 1 if header_only else None))
-    if not rows:
-        raise DataError(f"{path}: the file is empty; it needs a header row and at least one data row")
-    header = [name.strip() for name in rows[0]]
-    body = [row for row in rows[1:] if any(cell.strip() for cell in row)]
-    for number, row in enumerate(body, start=2):
-        if len(row) != len(header):
-            raise DataError(f"{path}: line {number} has {len(row)} fields, but the header has {len(header)}; "
+    table = read_csv_table(path, header_only)
+    for row, line in zip(table.rows, table.lines):
+        if len(row) != len(table.header):
+            raise DataError(f"{table.path}: line {line} has {len(row)} fields, but the header has {len(table.header)}; "
                             f"fix the row or quote fields that contain commas")
-    return header, body
+    return list(table.header), [list(row) for row in table.rows]
 
 
-def _numeric(path: Path, header: list[str], body: list[list[str]], columns) -> np.ndarray:
-    index = {name: i for i, name in enumerate(header)}
-    out = np.empty((len(body), len(columns)))
-    for c, name in enumerate(columns):
-        i = index[name]
-        for r, row in enumerate(body):
-            try:
-                out[r, c] = float(row[i])
-            except ValueError:
-                raise DataError(f"{path}: column {name!r} has the non-numeric value {row[i]!r} on line {r + 2}; "
-                                f"encode categorical columns as numbers (the paper's splits are ordinal-encoded)") from None
-            if not np.isfinite(out[r, c]):
-                raise DataError(f"{path}: column {name!r} has {row[i]!r} on line {r + 2}; impute or drop that row")
-    return out
+def _columns(table: CsvTable, names) -> list[int]:
+    return [table.header.index(name) for name in names]
 
 
-def _test_inputs(test: Path, names, fix: str) -> np.ndarray:
-    """The feature columns ``names`` of the test CSV, by name; ``fix`` ends the missing-column message."""
-    header, body = read_csv(test)
-    missing = [n for n in names if n not in header]
+def _training_features(table: CsvTable, names) -> np.ndarray:
+    """Every training row's features: the first bad row refuses the file (a skipped row would change the model)."""
+    found = numeric_rows(table, _columns(table, names))
+    if found.bad:
+        raise DataError(f"{found.bad[0]}; every training row must be complete and numeric (the paper's splits are "
+                        f"ordinal-encoded)")
+    return found.values
+
+
+def _test_inputs(test: Path, names, fix: str) -> NumericRows:
+    """The feature columns ``names`` of the test CSV, by name; ``fix`` ends the missing-column message.
+
+    Bad rows are returned, not raised: the inputs to certify are a batch.
+    """
+    table = read_csv_table(test)
+    missing = [n for n in names if n not in table.header]
     if missing:
         raise DataError(f"{test}: missing feature column {missing[0]!r}{fix}")
-    return _numeric(test, header, body, names)
+    return numeric_rows(table, _columns(table, names))
 
 
 def _load_split(train: Path, test: Path | None) -> TabularData:
@@ -111,11 +113,13 @@ def _load_split(train: Path, test: Path | None) -> TabularData:
         raise DataError(f"{train}: not an authors' split (four arrays X_train, y_train, X_test, y_test "
                         f"stored one after another with numpy.save)") from exc
     names = tuple(str(i) for i in range(X_train.shape[1]))
+    lines, bad = (), ()
     if test is not None:
-        X_test = _test_inputs(test, names, f"; with a .npy training split, name the test columns 0..{len(names) - 1}")
+        found = _test_inputs(test, names, f"; with a .npy training split, name the test columns 0..{len(names) - 1}")
+        X_test, lines, bad = found.values, found.lines, found.bad
     classes = np.unique(y_train)
     return TabularData(X_train.astype(np.float64), np.searchsorted(classes, y_train).astype(np.int64),
-                       np.asarray(X_test, dtype=np.float64), names, tuple(str(c) for c in classes))
+                       np.asarray(X_test, dtype=np.float64), names, tuple(str(c) for c in classes), lines, bad)
 
 
 def load_tabular(train, label: str | None = None, test=None) -> TabularData:
@@ -139,15 +143,18 @@ def load_tabular(train, label: str | None = None, test=None) -> TabularData:
     test = None if test is None else Path(test)
     if train.suffix == ".npy":
         return _load_split(train, test)
-    header, body = read_csv(train)
+    table = read_csv_table(train)
+    header = table.header
     if label is None:
         raise OptionError(f"a CSV training file needs its label column named; {train} has the columns {', '.join(header)}")
     if label not in header:
         raise DataError(f"{train}: no column {label!r} (the label); the columns are {', '.join(header)}; "
                         f"name one of them as the label column")
+    if not table.rows:
+        raise DataError(f"{train}: no data rows after the header; add the training rows")
     names = tuple(n for n in header if n != label)
-    X_train = _numeric(train, header, body, names)
-    raw = [row[header.index(label)].strip() for row in body]
+    X_train = _training_features(table, names)
+    raw = [row[header.index(label)].strip() for row in table.rows]
     try:
         keys = sorted(set(raw), key=float)
     except ValueError:
@@ -155,8 +162,7 @@ def load_tabular(train, label: str | None = None, test=None) -> TabularData:
     code = {key: i for i, key in enumerate(keys)}
     y_train = np.array([code[v] for v in raw], dtype=np.int64)
     if test is None:
-        X_test = X_train
-    else:
-        X_test = _test_inputs(test, names, f" (present in {train}); the test file needs every feature column of the "
-                                           f"training file (the label is optional)")
-    return TabularData(X_train, y_train, X_test, names, tuple(keys))
+        return TabularData(X_train, y_train, X_train, names, tuple(keys))
+    found = _test_inputs(test, names, f" (present in {train}); the test file needs every feature column of the "
+                                      f"training file (the label is optional)")
+    return TabularData(X_train, y_train, found.values, names, tuple(keys), found.lines, found.bad)

@@ -245,7 +245,8 @@ def check_settings(train_X, train_y, k_candidates, folds, class_weights, owner: 
     if not ks or any(k < 1 for k in ks) or len(set(ks)) != len(ks):
         raise OptionError(f"the `k_candidates` option of {owner} must list distinct ints ≥ 1; got {k_candidates!r}")
     if X.shape[0] < folds:
-        raise DataError(f"{owner}: {X.shape[0]} training rows cannot be split into {folds} folds")
+        raise DataError(f"{owner}: {X.shape[0]} training rows cannot be split into {folds} folds; give at least "
+                        f"{folds} rows or fewer folds")
     first_start, first_stop = fold_ranges(X.shape[0], folds)[0]  # the first fold is the largest
     smallest_train = X.shape[0] - (first_stop - first_start)
     if max(ks) > smallest_train:

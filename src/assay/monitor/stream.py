@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import heapq
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from assay._validate import check_int
+from assay.datasets.csv_rows import BadRow
 from assay.errors import DataError, OptionError
 from assay.monitor.monitor import Monitor
 from assay.monitor.warmup import warm_up
@@ -34,12 +36,14 @@ __all__ = ["StreamChunk", "read_stream", "StreamRun", "monitor_stream"]
 
 @dataclass(frozen=True, eq=False)
 class StreamChunk:
-    """Consecutive decisions of a stream: ``features`` float64 (n, d), ``decisions`` (n,), first line number."""
+    """Consecutive decisions of a stream: ``features`` float64 (n, d), ``decisions`` (n,), the first
+    decision's line and every decision's line (``lines``; bad rows left out leave gaps)."""
 
     features: np.ndarray
     decisions: np.ndarray
     first_line: int
     feature_names: tuple[str, ...]
+    lines: tuple[int, ...] = ()
 
 
 def _format_of(source: str) -> str:
@@ -71,114 +75,206 @@ def _columns(name: str, header: list[str], decision_column: str, drop: tuple[str
 def _decisions(values: list) -> np.ndarray:
     try:
         return np.asarray([float(v) for v in values])
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # labels as text (an integer beyond float64 too)
         out = np.empty(len(values), dtype=object)
         out[:] = [str(v) for v in values]
         return out
 
 
-def _to_chunk(name, rows, first_line, decision_index, feature_indices, feature_names) -> StreamChunk:
-    width = max(decision_index, *feature_indices) + 1
-    for offset, row in enumerate(rows):
-        if len(row) < width:
-            raise DataError(f"line {first_line + offset} of {name} has {len(row)} values but the header names {width} or more columns")
+def _row_problem(row, width: int, decision_index: int, feature_indices, feature_names) -> str | None:
+    """Why one row cannot be monitored, or None."""
+    if len(row) < width:
+        return f"{len(row)} values, but the header names {width} or more columns"
+    for k, column in enumerate(feature_indices):
+        value = row[column]
+        if value is None:
+            return f"no value in column {feature_names[k]!r}; remove or impute that row"
+        try:
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
+            return f"{str(value)[:40]!r} in column {feature_names[k]!r}, which is not a number"
+        if not math.isfinite(number):
+            return f"NaN or an infinite value in column {feature_names[k]!r}; remove or impute it"
+    if _no_decision(row[decision_index]):
+        return "no value in the decision column (empty or NaN)"
+    return None
+
+
+def _no_decision(value) -> bool:
+    """Whether a decision cell is empty: None, blank text, or NaN (also written as text, "NaN")."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return True
     try:
-        features = np.array([[row[i] for i in feature_indices] for row in rows], dtype=np.float64)
-    except (TypeError, ValueError):
-        for offset, row in enumerate(rows):
-            for column in feature_indices:
-                try:
-                    float(row[column])
-                except (TypeError, ValueError):
-                    raise DataError(
-                        f"line {first_line + offset} of {name} has {row[column]!r} in column {feature_names[feature_indices.index(column)]!r}, "
-                        "which is not a number"
-                    ) from None
-        raise
-    finite = np.isfinite(features)
-    if not finite.all():
-        row, column = np.argwhere(~finite)[0]
-        raise DataError(f"line {first_line + row} of {name} has NaN or an infinite value in column {feature_names[column]!r}; "
-                        "the decisions before it were monitored — remove or impute it")
-    decisions = [row[decision_index] for row in rows]
-    for offset, value in enumerate(decisions):
-        if value is None or value == "" or (isinstance(value, float) and value != value):
-            raise DataError(f"line {first_line + offset} of {name} has no value in the decision column")
-    return StreamChunk(features, _decisions(decisions), first_line, feature_names)
+        return math.isnan(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+@dataclass(frozen=True)
+class _Bad:
+    """A line that is no row at all (not JSON, not an object): why."""
+
+    reason: str
+
+
+class _Rows:
+    """Turns a stream's rows into chunks, leaving out the bad rows (see :func:`read_stream`)."""
+
+    def __init__(self, name, decision_index, feature_indices, feature_names, on_bad_row, stop_on_error):
+        self.name, self.decision_index, self.feature_indices = name, decision_index, feature_indices
+        self.feature_names, self.on_bad_row, self.stop_on_error = feature_names, on_bad_row, stop_on_error
+        self.width = max(decision_index, *feature_indices) + 1
+        self.seen = 0  # data rows so far, bad ones included
+        self.stopped = False  # a bad row stopped the stream (stop_on_error)
+
+    def chunk(self, rows: list, lines: list[int]) -> StreamChunk | None:
+        """The good rows as a chunk (None if none is left); reports or raises for the bad ones."""
+        try:
+            features = np.array([[row[i] for i in self.feature_indices] for row in rows], dtype=np.float64)
+            clean = (features.shape == (len(rows), len(self.feature_indices)) and bool(np.isfinite(features).all())
+                     and not any(_no_decision(row[self.decision_index]) for row in rows))
+        except (TypeError, ValueError, OverflowError, IndexError):
+            clean = False
+        if not clean:
+            rows, lines = self._good(rows, lines)
+            if not rows:
+                return None
+            features = np.array([[row[i] for i in self.feature_indices] for row in rows], dtype=np.float64)
+        else:
+            self.seen += len(rows)
+        decisions = _decisions([row[self.decision_index] for row in rows])
+        return StreamChunk(features, decisions, lines[0], self.feature_names, tuple(lines))
+
+    def _good(self, rows, lines):
+        kept_rows, kept_lines = [], []
+        for row, line in zip(rows, lines):
+            self.seen += 1
+            problem = row.reason if isinstance(row, _Bad) else _row_problem(
+                row, self.width, self.decision_index, self.feature_indices, self.feature_names)
+            if problem is None:
+                kept_rows.append(row)
+                kept_lines.append(line)
+                continue
+            bad = BadRow(self.name, line, self.seen, problem)
+            if self.on_bad_row is None:
+                raise DataError(f"{bad}; the decisions before it were monitored")
+            self.on_bad_row(bad)
+            if self.stop_on_error:
+                self.stopped = True
+                break
+        return kept_rows, kept_lines
 
 
 def read_stream(source: str, decision_column: str = "prediction", drop: tuple[str, ...] = (), chunk_size: int = 256,
-                stdin=None) -> Iterator[StreamChunk]:
-    """Yield the decisions of ``source`` (a path or ``"-"`` for stdin, CSV there) in chunks of ``chunk_size``."""
+                stdin=None, on_bad_row: Callable[[BadRow], None] | None = None,
+                stop_on_error: bool = False) -> Iterator[StreamChunk]:
+    """Yield the decisions of ``source`` (a path or ``"-"`` for stdin, CSV there) in chunks of at most ``chunk_size``.
+
+    A bad row (too few values, a feature that is not a finite number, no decision) raises a
+    DataError naming its line, unless ``on_bad_row`` is given: then it is called with the row's
+    :class:`~assay.datasets.csv_rows.BadRow` and the row is left out; with ``stop_on_error`` the
+    stream then ends (the good rows before it are still yielded). Problems of the file as a whole
+    (missing, not UTF-8, not CSV/JSON/Parquet, no such column) always raise.
+    """
     kind = _format_of(source)
     name = "stdin" if source == "-" else str(source)
     if source != "-" and not Path(source).is_file():
         raise DataError(f"the stream {source} does not exist (give a CSV, Parquet or JSON-lines file, or - for stdin)")
+    options = (on_bad_row, stop_on_error)
     if kind == "parquet":
-        yield from _read_parquet(source, name, decision_column, drop, chunk_size)
+        yield from _read_parquet(source, name, decision_column, drop, chunk_size, options)
         return
     if kind == "jsonl":
-        yield from _read_jsonl(source, name, decision_column, drop, chunk_size)
+        yield from _read_jsonl(source, name, decision_column, drop, chunk_size, options)
         return
+    yield from _read_csv(source, name, decision_column, drop, chunk_size, options, stdin)
+
+
+def _chunks(rows_of: _Rows, pairs: Iterator[tuple[int, list]], chunk_size: int) -> Iterator[StreamChunk]:
+    """Group (line, row) pairs into chunks of the good rows, stopping where ``rows_of`` stopped."""
+    rows, lines = [], []
+    for line, row in pairs:
+        rows.append(row)
+        lines.append(line)
+        if len(rows) == chunk_size:
+            chunk = rows_of.chunk(rows, lines)
+            if chunk is not None:
+                yield chunk
+            if rows_of.stopped:
+                return
+            rows, lines = [], []
+    if rows:
+        chunk = rows_of.chunk(rows, lines)
+        if chunk is not None:
+            yield chunk
+
+
+def _read_csv(source, name, decision_column, drop, chunk_size, options, stdin):
     handle = (stdin or sys.stdin) if source == "-" else open(source, newline="", encoding="utf-8")
+    reader = csv.reader(handle)
     try:
-        reader = csv.reader(handle)
         header = next(reader, None)
         if header is None:
             raise DataError(f"{name} is empty; a stream needs a header line naming its columns")
         header = [column.strip() for column in header]
         decision_index, features = _columns(name, header, decision_column, drop)
-        names = tuple(header[i] for i in features)
-        rows, first_line = [], 2
-        for row in reader:
-            if not row:
-                continue
-            rows.append(row)
-            if len(rows) == chunk_size:
-                yield _to_chunk(name, rows, first_line, decision_index, features, names)
-                first_line += len(rows)
-                rows = []
-        if rows:
-            yield _to_chunk(name, rows, first_line, decision_index, features, names)
+        rows_of = _Rows(name, decision_index, features, tuple(header[i] for i in features), *options)
+
+        def pairs():
+            start = reader.line_num + 1
+            for row in reader:
+                if row:
+                    yield start, row
+                start = reader.line_num + 1
+
+        yield from _chunks(rows_of, pairs(), chunk_size)
     except csv.Error as exc:
-        raise DataError(f"{name} is not valid CSV: {exc}") from exc
+        raise DataError(f"{name}, line {reader.line_num}: not valid CSV ({exc}); fix the quoting of that line") from exc
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{name}, line {reader.line_num + 1}: not UTF-8 text; save the stream as UTF-8 "
+                        "(e.g. with iconv -t utf-8)") from exc
     finally:
         if handle is not (stdin or sys.stdin):
             handle.close()
 
 
-def _read_jsonl(source, name, decision_column, drop, chunk_size):
-    header = None
-    rows, first_line = [], 1
-    with open(source, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"line {number} of {name} is not valid JSON: {exc}") from exc
-            if not isinstance(record, dict):
-                raise DataError(f"line {number} of {name} is not a JSON object of column: value")
-            if header is None:
-                header = list(record)
-                decision_index, features = _columns(name, header, decision_column, drop)
-                names = tuple(header[i] for i in features)
-                first_line = number
-            missing = [column for column in header if column not in record]
-            if missing:
-                raise DataError(f"line {number} of {name} has no value for column {missing[0]!r}")
-            rows.append([record[column] for column in header])
-            if len(rows) == chunk_size:
-                yield _to_chunk(name, rows, first_line, decision_index, features, names)
-                first_line, rows = number + 1, []
-    if rows:
-        yield _to_chunk(name, rows, first_line, decision_index, features, names)
-    elif header is None:
-        raise DataError(f"{name} has no records")
+def _json_records(source, name) -> Iterator[tuple[int, object]]:
+    """(line, parsed JSON value or a _Bad) for each non-blank line of a JSON-lines file."""
+    number = 0
+    try:
+        with open(source, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    yield number, json.loads(line)
+                except (json.JSONDecodeError, RecursionError) as exc:
+                    yield number, _Bad(f"not valid JSON ({str(exc)[:80]}); write one JSON object per line")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{name}, line {number + 1}: not UTF-8 text; save the stream as UTF-8") from exc
 
 
-def _read_parquet(source, name, decision_column, drop, chunk_size):
+def _read_jsonl(source, name, decision_column, drop, chunk_size, options):
+    # The first JSON object names the columns; every line is then read against them.
+    header = next((list(record) for _, record in _json_records(source, name) if isinstance(record, dict)), None)
+    if header is None:
+        raise DataError(f"{name} has no records; write one JSON object of column: value per line")
+    decision_index, features = _columns(name, header, decision_column, drop)
+    rows_of = _Rows(name, decision_index, features, tuple(header[i] for i in features), *options)
+
+    def pairs():
+        for number, record in _json_records(source, name):
+            if isinstance(record, dict):
+                missing = [column for column in header if column not in record]
+                row = _Bad(f"no value for column {missing[0]!r}") if missing else [record[c] for c in header]
+            else:
+                row = record if isinstance(record, _Bad) else _Bad("not a JSON object of column: value")
+            yield number, row
+
+    yield from _chunks(rows_of, pairs(), chunk_size)
+
+
+def _read_parquet(source, name, decision_column, drop, chunk_size, options):
     try:
         import pyarrow.parquet as pq
     except ImportError as exc:
@@ -189,15 +285,22 @@ def _read_parquet(source, name, decision_column, drop, chunk_size):
     except Exception as exc:  # pyarrow raises several types; translate at this boundary
         raise DataError(f"{name} is not a readable Parquet file: {exc}") from exc
     decision_index, features = _columns(name, header, decision_column, drop)
-    names = tuple(header[i] for i in features)
-    first_line = 1
-    for batch in table.iter_batches(batch_size=chunk_size):
-        columns = [batch.column(i).to_pylist() for i in range(len(header))]
-        rows = [list(values) for values in zip(*columns)]
-        rows = [[(np.nan if v is None else v) if i != decision_index else v for i, v in enumerate(row)] for row in rows]
-        yield _to_chunk(name, rows, first_line, decision_index, features, names)
-        first_line += len(rows)
+    rows_of = _Rows(name, decision_index, features, tuple(header[i] for i in features), *options)
 
+    def pairs():
+        first_line = 1
+        try:
+            for batch in table.iter_batches(batch_size=chunk_size):
+                columns = [batch.column(i).to_pylist() for i in range(len(header))]
+                for offset, row in enumerate(zip(*columns)):
+                    yield first_line + offset, list(row)
+                first_line += batch.num_rows
+        except Exception as exc:  # a damaged row group: pyarrow's errors, translated at this boundary
+            if isinstance(exc, DataError):
+                raise
+            raise DataError(f"{name}, row {first_line}: the Parquet data cannot be read ({exc})") from exc
+
+    yield from _chunks(rows_of, pairs(), chunk_size)
 
 
 @dataclass(frozen=True, eq=False)
@@ -208,7 +311,9 @@ class StreamRun:
     and ``top_flagged``. Latencies are wall-clock seconds per decision, amortised over each batch;
     ``latency_ms_*`` summarise them in milliseconds. ``peak_memory_mb`` is the process's peak
     resident memory. ``interrupted`` says Ctrl-C stopped the run early (the counts cover the
-    decisions monitored until then). ``top_flagged`` holds the witness records (as in the witness
+    decisions monitored until then). ``bad_rows`` counts the rows left out (see ``on_bad_row`` of
+    :func:`monitor_stream`); ``stopped_at`` is the line of the bad row that ended the run under
+    ``stop_on_error``, else None. ``top_flagged`` holds the witness records (as in the witness
     file, plus ``decision_value``) of the most-witnessed flagged decisions, most first.
     """
 
@@ -228,6 +333,8 @@ class StreamRun:
     interrupted: bool
     witnesses_file: str | None
     latencies: np.ndarray = field(repr=False)
+    bad_rows: int = 0
+    stopped_at: int | None = None
     top_flagged: tuple[dict, ...] = field(default=(), repr=False)
 
     def to_json(self) -> dict:
@@ -244,7 +351,8 @@ def _peak_memory_mb() -> float:
 def monitor_stream(source: str, epsilon: float, metric: str = "linf", *, decision_column: str = "prediction",
                    drop: tuple[str, ...] = (), index: str = "auto", max_history: int | None = None,
                    max_witnesses: int | None = None, batch_size: int = 256, witnesses_out=None, checkpoint=None,
-                   keep_top: int = 0, progress: Callable[[int, int], None] | None = None, stdin=None) -> StreamRun:
+                   keep_top: int = 0, progress: Callable[[int, int], None] | None = None, stdin=None,
+                   on_bad_row: Callable[[BadRow], None] | None = None, stop_on_error: bool = False) -> StreamRun:
     """Monitor every decision of ``source`` (see :func:`read_stream`) and summarise the run.
 
     Args:
@@ -261,6 +369,9 @@ def monitor_stream(source: str, epsilon: float, metric: str = "linf", *, decisio
         keep_top: keep the witness records of this many most-witnessed flagged decisions
             (ties: the earlier decision first) in :attr:`StreamRun.top_flagged`.
         progress: called after each batch with the batch's size and the flagged count so far.
+        on_bad_row, stop_on_error: as in :func:`read_stream`. Without ``on_bad_row`` the first bad
+            row raises; with it, bad rows are reported there and left out (``stop_on_error``: the
+            run ends at the first, as after Ctrl-C).
 
     One-off work is done before a batch's clock starts: loading (or compiling once) the compiled
     kernels of the index, and with ``index="auto"`` moving a grown history from the numpy scan to
@@ -280,8 +391,15 @@ def monitor_stream(source: str, epsilon: float, metric: str = "linf", *, decisio
     started = time.perf_counter()
     handle = open(witnesses_out, "w", encoding="utf-8") if witnesses_out is not None else None
     top: list = []  # a min-heap of (count, -decision, record): the most-witnessed flagged decisions
+    bad_rows: list[BadRow] = []
+
+    def bad_row(problem: BadRow) -> None:
+        bad_rows.append(problem)
+        on_bad_row(problem)
+
     try:
-        for chunk in read_stream(source, decision_column, drop, chunk_size=batch_size, stdin=stdin):
+        for chunk in read_stream(source, decision_column, drop, chunk_size=batch_size, stdin=stdin,
+                                 on_bad_row=None if on_bad_row is None else bad_row, stop_on_error=stop_on_error):
             if monitor.index is None and index not in ("auto", "scan"):  # a compiled index: load its kernels untimed
                 warm_up(metric, index)
             monitor.prepare(len(chunk.features))  # moving to a compiled index: not on the batch's clock
@@ -293,7 +411,7 @@ def monitor_stream(source: str, epsilon: float, metric: str = "linf", *, decisio
                 for offset, witnesses in enumerate(found):
                     if not witnesses.flagged:
                         continue
-                    record = witnesses.to_json() | {"line": chunk.first_line + offset}
+                    record = witnesses.to_json() | {"line": chunk.lines[offset]}
                     if handle is not None:
                         handle.write(json.dumps(record) + "\n")
                     if keep_top:
@@ -332,5 +450,7 @@ def monitor_stream(source: str, epsilon: float, metric: str = "linf", *, decisio
         interrupted=interrupted,
         witnesses_file=None if witnesses_out is None else str(witnesses_out),
         latencies=latency,
+        bad_rows=len(bad_rows),
+        stopped_at=bad_rows[0].line if stop_on_error and bad_rows else None,
         top_flagged=tuple(record for _, _, record in sorted(top, key=lambda item: item[:2], reverse=True)),
     )

@@ -164,7 +164,8 @@ class _Converter:
         self.model, self.graph, self.name = model, model.graph, name
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
         try:
-            self.constants = {i.name: numpy_helper.to_array(i) for i in self.graph.initializer}
+            # to_array views the protobuf's bytes (read-only); torch warns on, and must not share, such arrays.
+            self.constants = {i.name: np.array(numpy_helper.to_array(i)) for i in self.graph.initializer}
         except Exception as exc:
             raise ModelLoadError(f"{name}: an initializer could not be read ({exc})") from exc
 
@@ -387,7 +388,7 @@ class _Converter:
 
         attrs = _attributes(node)
         if "value" in attrs:
-            return numpy_helper.to_array(attrs["value"])
+            return np.array(numpy_helper.to_array(attrs["value"]))  # a writable copy, as the initializers
         for key in ("value_float", "value_floats", "value_int", "value_ints"):
             if key in attrs:
                 return np.asarray(attrs[key])

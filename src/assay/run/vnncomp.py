@@ -13,18 +13,22 @@ file as status ``"error"`` (the other instances still run).
 from __future__ import annotations
 
 import csv
+import io
 import json
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from assay.datasets.csv_rows import BadRow
 from assay.errors import AssayError, DataError
 from assay.verify.result import VerificationStatus
 
 __all__ = [
     "Instance",
     "read_instances",
+    "read_instance_rows",
     "verify_instance",
     "write_results",
     "summarize",
@@ -49,43 +53,68 @@ class Instance:
 
 
 def read_instances(path, default_timeout: float | None = None) -> list[Instance]:
+    """The instances of :func:`read_instance_rows`; the first malformed row raises DataError."""
+    instances, bad = read_instance_rows(path, default_timeout)
+    if bad:
+        raise DataError(str(bad[0]))
+    return instances
+
+
+def read_instance_rows(path, default_timeout: float | None = None) -> tuple[list[Instance], list[BadRow]]:
     """Parse ``network,property[,timeout]`` rows; a header row (non-numeric timeout) is skipped.
 
-    Rows without a timeout take ``default_timeout``; without one either, the row is an error.
+    Rows without a timeout take ``default_timeout``; without one either, the row is bad. Returns the
+    good instances and the malformed rows (wrong number of columns, a timeout that is not a positive
+    number), each a :class:`~assay.datasets.csv_rows.BadRow` naming its line.
+
+    Raises:
+        DataError: the file is missing, not UTF-8 or not CSV, or holds no rows at all.
     """
+    from assay.datasets.csv_rows import read_utf8_text
+
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such instances file")
-    folder = path.parent
-    instances = []
+    text = read_utf8_text(path, "an instances CSV (rows network,property,timeout)")
+    reader = csv.reader(io.StringIO(text, newline=""))
     try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            rows = list(csv.reader(handle))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise DataError(f"{path}: cannot read the instances CSV ({exc})") from exc
+        rows = list(reader)
+    except csv.Error as exc:
+        raise DataError(f"{path}, line {reader.line_num}: not valid CSV ({exc}); fix the quoting of that line") from exc
+    instances, bad = [], []
     for line, row in enumerate(rows, start=1):
         row = [cell.strip() for cell in row]
         if not any(row) or row[0].startswith("#"):
             continue
-        if len(row) not in (2, 3):
-            raise DataError(f"{path}, line {line}: expected `network,property,timeout`; got {len(row)} columns")
-        if len(row) == 3 and row[2]:
-            try:
-                timeout = float(row[2])
-            except ValueError:
-                if not instances and line == 1:  # a header such as network,property,timeout
-                    continue
-                raise DataError(f"{path}, line {line}: the timeout {row[2]!r} is not a number of seconds") from None
-        elif default_timeout is not None:
-            timeout = float(default_timeout)
-        else:
-            raise DataError(f"{path}, line {line}: no timeout; add a third column or pass a default timeout")
-        if not timeout > 0:
-            raise DataError(f"{path}, line {line}: the timeout must be > 0 seconds; got {row[2]!r}")
-        instances.append(Instance(row[0], row[1], timeout, _resolve(folder, row[0]), _resolve(folder, row[1]), line))
-    if not instances:
+        found = _instance(path, line, row, default_timeout, header_allowed=not instances and not bad and line == 1)
+        if isinstance(found, Instance):
+            instances.append(found)
+        elif found is not None:
+            bad.append(BadRow(str(path), line, len(instances) + len(bad) + 1, found))
+    if not instances and not bad:
         raise DataError(f"{path}: no instances (expected rows `network,property,timeout`)")
-    return instances
+    return instances, bad
+
+
+def _instance(path: Path, line: int, row: list[str], default_timeout, header_allowed: bool) -> Instance | str | None:
+    """The row's instance, or why it is malformed, or None for a header row."""
+    if len(row) not in (2, 3):
+        return f"expected `network,property,timeout`; got {len(row)} columns"
+    if not row[0] or not row[1]:
+        return "the network or the property path is empty; give both"
+    if len(row) == 3 and row[2]:
+        try:
+            timeout = float(row[2])
+        except ValueError:
+            if header_allowed:  # a header such as network,property,timeout
+                return None
+            return f"the timeout {row[2][:40]!r} is not a number of seconds"
+    elif default_timeout is not None:
+        timeout = float(default_timeout)
+    else:
+        return "no timeout; add a third column or pass a default timeout"
+    if not (timeout > 0 and math.isfinite(timeout)):
+        return f"the timeout must be a finite number of seconds > 0; got {timeout:g}"
+    folder = path.parent
+    return Instance(row[0], row[1], timeout, _resolve(folder, row[0]), _resolve(folder, row[1]), line)
 
 
 def _resolve(folder: Path, name: str) -> Path:
@@ -93,15 +122,18 @@ def _resolve(folder: Path, name: str) -> Path:
     return candidate if candidate.is_absolute() else folder / candidate
 
 
-def verify_instance(instance: Instance, method: str = "alpha") -> dict:
+def verify_instance(instance: Instance, method: str = "alpha", raise_errors: bool = False) -> dict:
     """Load, verify with the instance's timeout, and return a row of the results CSV (as a dict).
 
     ``seconds`` counts loading and verifying (as VNN-COMP does); ``verify_seconds`` the verifier
-    alone. A bad model or property file gives status ``"error"`` with the message.
+    alone; ``line`` is the instance's line in the instances CSV. A bad model or property file gives
+    status ``"error"`` with the message, or with ``raise_errors`` raises its AssayError (so that
+    :func:`assay.run.run_tasks` cancels the pending instances: ``--stop-on-error``).
     """
     started = time.perf_counter()
     row = {"network": instance.network, "property": instance.property, "timeout": instance.timeout,
-           "status": VerificationStatus.ERROR.value, "seconds": 0.0, "verify_seconds": 0.0, "counterexample": None, "error": None}
+           "status": VerificationStatus.ERROR.value, "seconds": 0.0, "verify_seconds": 0.0, "counterexample": None,
+           "error": None, "line": instance.line}
     try:
         from assay.nn import load
         from assay.sets import read_vnnlib
@@ -113,6 +145,8 @@ def verify_instance(instance: Instance, method: str = "alpha") -> dict:
         left = max(instance.timeout - (time.perf_counter() - started), 1e-9)
         result = verify_vnnlib(network, prop, timeout=left, method=method)
     except AssayError as exc:
+        if raise_errors:
+            raise
         row["error"] = str(exc)
     else:
         row["status"] = result.status.value
