@@ -19,7 +19,6 @@ from pathlib import Path
 import typer
 
 from assay.cli._common import EXIT_ERROR, console, load_network, report_bad_row, show_progress
-from assay.datasets.csv_rows import BadRow
 from assay.errors import DataError, OptionError
 
 __all__ = ["cfx", "print_cfx_section"]
@@ -67,6 +66,8 @@ def cfx(
     source = input_file or inputs
     rows = read_input_rows(source, network.input_size, features, positional)
     import numpy as np
+
+    from assay.datasets.csv_rows import BadRow
 
     streams = np.random.SeedSequence(seed).spawn(len(rows.values))
     # Every row in file order: (row, line, values or its BadRow, random stream).

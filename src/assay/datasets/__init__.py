@@ -7,21 +7,23 @@
   (networks, input boxes that drift per time step, properties, weight-update sequences):
   :func:`motion_task` (:class:`MotionTask`, :func:`sgd_updates`, :func:`motion_spec`,
   :func:`motion_reparametrisation`, :func:`motion_velocities`) and :func:`digits_task`
-  (:class:`DigitsTask`). These names are loaded on first use, so importing this package does
-  not import torch.
+  (:class:`DigitsTask`).
+
+Every name is loaded on first use, so importing this package (or its light modules, such as
+:mod:`assay.datasets.csv_rows`) imports neither numpy nor torch.
 
 Decision streams for the monitor are read by :func:`assay.monitor.stream.read_stream`.
 """
 
 from assay._lazy import lazy_names
-from assay.datasets.tabular import TabularData, load_tabular, read_csv
 
 _HOMES = {
-    name: "assay.datasets.online_tasks"
-    for name in ("MotionTask", "motion_task", "sgd_updates", "motion_spec", "motion_reparametrisation",
-                 "motion_velocities", "DigitsTask", "digits_task")
+    **{name: "assay.datasets.tabular" for name in ("TabularData", "load_tabular", "read_csv")},
+    **{name: "assay.datasets.online_tasks"
+       for name in ("MotionTask", "motion_task", "sgd_updates", "motion_spec", "motion_reparametrisation",
+                    "motion_velocities", "DigitsTask", "digits_task")},
 }
 
-__all__ = ["TabularData", "load_tabular", "read_csv", *_HOMES]
+__all__ = [*_HOMES]
 
 __getattr__, __dir__ = lazy_names(__name__, _HOMES)
