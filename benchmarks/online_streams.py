@@ -60,13 +60,16 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=31)
     parser.add_argument("--no-marabou", action="store_true", help="skip the Marabou check of small networks")
     parser.add_argument("--name", default="online_streams")
+    parser.add_argument("--families", default=",".join(f"{f}:{i}:{s}" for f, i, s in FAMILIES),
+                        help="comma-separated FAMILY:INPUTS:STRATEGY (default: all five)")
     args = parser.parse_args(argv)
     if args.no_marabou:
         os.environ["ASSAY_STREAM_MARABOU"] = "0"
     torch.set_num_threads(1)
     started = time.perf_counter()
     rows, failure = [], None
-    for family, inputs, strategy in FAMILIES:
+    chosen = [(f, int(i), s) for f, i, s in (part.split(":") for part in args.families.split(","))]
+    for family, inputs, strategy in chosen:
         begun = time.perf_counter()
         try:
             tally = run_family(family, inputs, strategy, args.examples, args.seed)

@@ -5,8 +5,10 @@ Marabou), every VIOLATED carries a re-checked counterexample. The streams run ov
 leaves (networks with more than 16 inputs, and ``strategy="relu"`` on small ones) and over
 input-splitting leaves.
 
-``ASSAY_STREAM_EXAMPLES`` sets how many streams hypothesis draws (the suite's default is small;
-the closing notes of this module's changes quote seeded runs of over 1,000 steps)."""
+``ASSAY_STREAM_EXAMPLES`` sets how many streams hypothesis draws per family of small networks
+(default 15) and ``ASSAY_STREAM_EXAMPLES_LARGE`` per family of 18- and 20-input ones (default 4,
+their from-scratch checks cost more); ``benchmarks/online_streams.py`` runs the same streams long
+and seeded (over 1,000 steps)."""
 
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ from assay.verify.online.leaves import check_current
 from tests.requirements import require
 
 HOLDS, VIOLATED = VerificationStatus.HOLDS, VerificationStatus.VIOLATED
-EXAMPLES = int(os.environ.get("ASSAY_STREAM_EXAMPLES", "12"))
+EXAMPLES = int(os.environ.get("ASSAY_STREAM_EXAMPLES", "15"))
+EXAMPLES_LARGE = int(os.environ.get("ASSAY_STREAM_EXAMPLES_LARGE", "4"))
 
 
 # ---------------------------------------------------------------------------- networks
@@ -270,22 +273,43 @@ def test_a_step_cut_short_by_an_exception_leaves_nothing_proved_for_the_new_netw
     assert step.status is VIOLATED
 
 
-@pytest.mark.parametrize(("family", "inputs", "strategy"), [("two_sided", 20, "auto"), ("random", 18, "auto"),
-                                                            ("two_sided", 2, "relu"), ("random", 3, "relu"),
-                                                            ("two_sided", 2, "input")])
-@seed(31)
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=False, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(kind=st.sampled_from(["or", "or", "and", "one"]), accelerations=st.sampled_from(ACCELERATIONS),
-       net_seed=st.integers(0, 50), data=st.data())
-def test_every_step_of_a_random_stream_agrees_with_verifying_from_scratch(family, inputs, strategy, kind, accelerations,
-                                                                         net_seed, data):
+def draw_and_run(family, inputs, strategy, kind, accelerations, net_seed, data):
     if inputs <= 3 and os.environ.get("ASSAY_STREAM_MARABOU", "1") == "1":
         require("maraboupy")
     events = data.draw(EVENTS[family], label="events")
     t0, t1 = data.draw(THRESHOLDS[family], label="t0"), data.draw(THRESHOLDS[family], label="t1")
     run_stream(family=family, inputs=inputs, strategy=strategy, kind=kind, accelerations=accelerations, events=events,
                net_seed=net_seed, t0=t0, t1=t1, tally=Tally())
+
+
+def stream_settings(examples: int):
+    return settings(max_examples=examples, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+STREAM_DRAWS = {"kind": st.sampled_from(["or", "or", "and", "one"]), "accelerations": st.sampled_from(ACCELERATIONS),
+                "net_seed": st.integers(0, 50), "data": st.data()}
+
+
+@pytest.mark.parametrize(("family", "inputs", "strategy"), [("two_sided", 2, "relu"), ("random", 3, "relu"),
+                                                            ("two_sided", 2, "input")])
+@seed(31)
+@stream_settings(EXAMPLES)
+@given(**STREAM_DRAWS)
+def test_every_step_of_a_random_stream_agrees_with_verifying_from_scratch(family, inputs, strategy, kind, accelerations,
+                                                                         net_seed, data):
+    """Small networks: ReLU-splitting leaves (``strategy="relu"``) and input boxes, with Marabou."""
+    draw_and_run(family, inputs, strategy, kind, accelerations, net_seed, data)
+
+
+@pytest.mark.parametrize(("family", "inputs"), [("two_sided", 20), ("random", 18)])
+@seed(31)
+@stream_settings(EXAMPLES_LARGE)
+@given(**STREAM_DRAWS)
+def test_every_step_of_a_random_stream_on_many_inputs_agrees_with_verifying_from_scratch(family, inputs, kind,
+                                                                                        accelerations, net_seed, data):
+    """Networks with more than 16 inputs: the default strategy splits ReLUs."""
+    draw_and_run(family, inputs, "auto", kind, accelerations, net_seed, data)
 
 
 def test_leaves_proved_for_another_network_count_for_no_coverage():
