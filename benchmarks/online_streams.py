@@ -42,9 +42,9 @@ def run_family(family: str, inputs: int, strategy: str, examples: int, seed_valu
     @seed(seed_value)
     @settings(max_examples=examples, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    @given(kind=st.sampled_from(["or", "or", "and", "one"]), accelerations=st.sampled_from(streams.ACCELERATIONS),
-           net_seed=st.integers(0, 50), data=st.data())
-    def one_stream(kind, accelerations, net_seed, data):
+    @given(accelerations=st.sampled_from(streams.ACCELERATIONS), net_seed=st.integers(0, 50), data=st.data())
+    def one_stream(accelerations, net_seed, data):
+        kind = data.draw(streams.KINDS[family])
         events = data.draw(streams.EVENTS[family])
         t0, t1 = data.draw(streams.THRESHOLDS[family]), data.draw(streams.THRESHOLDS[family])
         streams.run_stream(family=family, inputs=inputs, strategy=strategy, kind=kind, accelerations=accelerations,
