@@ -151,7 +151,7 @@ def test_bound_methods_refuse_an_operator_without_a_rule_in_one_line(rng, tmp_pa
     with pytest.raises(UnsupportedOperatorError) as info:
         compute_bounds(network, box, method=method)
     message = str(info.value)
-    assert "\n" not in message and "layer 1, a Sigmoid" in message and "sigmoid.onnx" in message
+    assert "\n" not in message and "'Sigmoid' (layer 1)" in message and "node 'sigmoid_2'" in message and "sigmoid.onnx" in message
     assert "Linear, Conv2d, ReLU" in message  # what is supported
 
 
@@ -163,7 +163,7 @@ def test_verify_refuses_an_operator_without_a_bound_rule_before_searching(rng, t
     from assay.verify import verify
 
     network = load(sigmoid_network_file(rng, tmp_path))
-    with pytest.raises(UnsupportedOperatorError, match="layer 1, a Sigmoid"):
+    with pytest.raises(UnsupportedOperatorError, match=r"'Sigmoid' \(layer 1\)"):
         verify(network, Box(torch.zeros(3), torch.ones(3)), argmax_is(0, 2), strategy=strategy, timeout=10)
 
 

@@ -20,8 +20,8 @@ def instance(network, prop):
 
 
 def test_public_names():
-    assert vnncomp.__all__ == ["Instance", "read_instances", "verify_instance", "write_results", "summarize",
-                               "STATUSES", "RESULT_COLUMNS"]
+    assert vnncomp.__all__ == ["Instance", "read_instances", "read_instance_rows", "verify_instance", "write_results",
+                               "summarize", "STATUSES", "RESULT_COLUMNS"]
 
 
 def test_gzipped_model_and_properties_give_the_verdicts_of_the_plain_files(tmp_path):

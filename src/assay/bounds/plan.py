@@ -228,9 +228,10 @@ def require_bound_rules(network: Network) -> None:
     otherwise run an attack or a forward pass before their first bound."""
     for index, layer in enumerate(network.layers):
         if not isinstance(layer, BOUND_RULE_LAYERS):
+            where = network.origins[index] if network.origins else network.source
             raise UnsupportedOperatorError(
-                f"{network.source}: bound propagation has no rule for layer {index}, a {type(layer).__name__} "
-                f"operator; layers with bound rules: {SUPPORTED}"
+                f"{where}: bound propagation has no rule for operator '{type(layer).__name__}' (layer {index}); "
+                f"layers with bound rules: {SUPPORTED}"
             )
 
 

@@ -66,6 +66,8 @@ class LayerBuilder:
         self.shape = tuple(int(d) for d in input_shape)
         self.layers: list = []
         self.sources: list[tuple[int, ...]] = []
+        # Per layer, where in the source model it came from (e.g. "net.onnx: node 'fc1' (Gemm)").
+        self.origins: list[str] = []
         self.shapes: list[tuple[int, ...]] = [self.shape]  # of every tensor; 0 is the input
         self.current = 0  # the tensor the next layer reads (before any pending map)
         self._frozen = 0  # layers before this index may no longer be changed by folding
@@ -279,6 +281,7 @@ class LayerBuilder:
             raise ModelLoadError(f"{where}: {exc}") from None
         self.layers.append(layer)
         self.sources.append(tuple(sources))
+        self.origins.append(where)
         self.shapes.append(self.shape)
         self.current = len(self.layers)
 

@@ -216,7 +216,8 @@ class _Converter:
                 raise ModelLoadError(f"{where}: no node produces the graph output '{output_name}' from the input")
             self._use(output_name, where)
         layers = self.builder.finish(where)
-        return Network(tuple(layers), shape, graph_input.name, output_name, self.name, sources=tuple(self.builder.sources))
+        return Network(tuple(layers), shape, graph_input.name, output_name, self.name, sources=tuple(self.builder.sources),
+                       origins=tuple(self.builder.origins))
 
     def _row_wise(self) -> bool:
         ops = {node.op_type for node in self.graph.node}

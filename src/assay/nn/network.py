@@ -65,6 +65,8 @@ class Network:
             whole (else None). Bound propagation relaxes a pooling window as one max, which is
             far tighter than relaxing its lowered ReLUs one by one; complete methods (ReLU
             splitting, leaf LPs) read the lowered layers. Analyses that only bound may use either.
+        origins: per layer, where in the source model it came from (an ONNX node's name and
+            operator), for messages; None where the loader does not say.
     """
 
     layers: tuple[Layer, ...]
@@ -74,6 +76,7 @@ class Network:
     source: str = "<network>"
     sources: tuple[tuple[int, ...], ...] | None = None
     pooled: Network | None = field(default=None, repr=False, compare=False)
+    origins: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
     shapes: tuple[tuple[int, ...], ...] = field(init=False, repr=False)
     _cast_cache: dict = field(init=False, repr=False, compare=False)
 
@@ -88,6 +91,9 @@ class Network:
             sources = tuple(tuple(int(s) for s in entry) for entry in self.sources)
             if len(sources) != len(layers):
                 raise ModelLoadError(f"{self.source}: {len(sources)} source entries for {len(layers)} layers")
+        if self.origins is not None and len(self.origins) != len(layers):
+            # Messages only: a network rebuilt with other layers (replace(..., layers=...)) loses them.
+            object.__setattr__(self, "origins", None)
         shapes = [input_shape]
         for index, (layer, reads) in enumerate(zip(layers, sources)):
             kind = type(layer).__name__
