@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.cli.models import write_logit_onnx
@@ -188,13 +189,18 @@ def test_instances_malformed_rows_are_reported_and_the_others_run(invoke, tiny, 
     assert [e["line"] for e in payload["errors"]] == [2, 3]
 
 
-def test_instances_stop_on_error_runs_only_the_rows_before_the_first_bad_one(invoke, tiny, tmp_path):
+@pytest.mark.parametrize(("second_row", "named"), [
+    ("tiny.onnx,holds.vnnlib,-1", ["instances.csv", "line 2"]),  # a malformed row: only the rows before it run
+    ("tiny.onnx,missing.vnnlib,30", ["instances.csv", "line 2", "missing.vnnlib"]),  # cannot be read: the rest is cancelled
+])
+def test_instances_stop_on_error_stops_at_the_first_bad_row(invoke, tiny, tmp_path, second_row, named):
     instances = tmp_path / "instances.csv"
-    instances.write_text("tiny.onnx,holds.vnnlib,30\ntiny.onnx,holds.vnnlib,-1\ntiny.onnx,violated.vnnlib,30\n")
+    instances.write_text(f"tiny.onnx,holds.vnnlib,30\n{second_row}\ntiny.onnx,violated.vnnlib,30\n")
     out = tmp_path / "out.csv"
     result = invoke("verify", "--instances", instances, "--workers", 1, "--out", out, "--stop-on-error")
     assert result.exit_code == 2, result.output
-    assert len(error_lines(result)) == 1 and "line 2" in error_lines(result)[0]
+    (line,) = error_lines(result)
+    assert all(part in line for part in named), line
     assert out.read_text().count("\n") == 2  # the header and the one instance before the bad row
 
 
@@ -232,14 +238,3 @@ def test_monitor_stop_on_error_ends_at_the_first_bad_row_with_the_summary(invoke
     assert result.exit_code == 2, result.output
     assert len(error_lines(result)) == 1
     assert "decisions       1" in result.stdout and "stopped at line 3" in result.stdout
-
-
-def test_instances_stop_on_error_cancels_at_the_first_instance_that_cannot_be_read(invoke, tiny, tmp_path):
-    instances = tmp_path / "instances.csv"
-    instances.write_text("tiny.onnx,holds.vnnlib,30\ntiny.onnx,missing.vnnlib,30\ntiny.onnx,violated.vnnlib,30\n")
-    out = tmp_path / "out.csv"
-    result = invoke("verify", "--instances", instances, "--workers", 1, "--out", out, "--stop-on-error")
-    assert result.exit_code == 2, result.output
-    (line,) = error_lines(result)
-    assert str(instances) in line and "line 2" in line and "missing.vnnlib" in line
-    assert out.read_text().count("\n") == 2  # the header and the instance that ran before it
