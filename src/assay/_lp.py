@@ -11,6 +11,10 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from contextlib import contextmanager
+
+# The threads of every HiGHS solver of the process (see silent_highs).
+SOLVER_THREADS = 1
 
 _banner_lock = threading.Lock()
 _banner_shown = False
@@ -23,12 +27,37 @@ def linprog(*args, **kwargs):
     return solve(*args, **kwargs)
 
 
-def silent_highs():
-    """A new ``highspy.Highs`` with ``output_flag`` off; nothing reaches stdout or stderr.
+@contextmanager
+def stdout_muted():
+    """File descriptor 1 pointed at the null device for the block: HiGHS prints its banner and
+    some notices (e.g. ``HighsMipSolverData::transformNewIntegerFeasibleSolution``) straight to
+    the C-level stdout, whatever its options, which would corrupt ``--json`` output. Python's
+    buffered output is flushed first, so none of it is lost or reordered."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError, AttributeError):  # no file descriptor 1 (an embedding host)
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
 
-    The first construction in a process prints HiGHS's banner from C++, so it runs with file
-    descriptor 1 pointed at the null device (Python's buffered output is flushed first, so none
-    of it is lost or reordered).
+
+def silent_highs():
+    """A new ``highspy.Highs`` with ``output_flag`` off and one thread; nothing reaches stdout.
+
+    The first construction in a process prints HiGHS's banner from C++, so it runs inside
+    :func:`stdout_muted`. HiGHS sizes one scheduler per process by the first solver that runs,
+    and a later solver asking for another number of threads does not run at all (status error,
+    no point): every solver assay builds asks for :data:`SOLVER_THREADS` (its LPs are small, and
+    batch workers run one thread each), so a verification followed by a counterfactual MILP in
+    one process works.
     """
     global _banner_shown
     import highspy
@@ -37,15 +66,9 @@ def silent_highs():
         if _banner_shown:
             highs = highspy.Highs()
         else:
-            sys.stdout.flush()
-            saved = os.dup(1)
-            try:
-                with open(os.devnull, "w") as null:
-                    os.dup2(null.fileno(), 1)
-                    highs = highspy.Highs()
-            finally:
-                os.dup2(saved, 1)
-                os.close(saved)
+            with stdout_muted():
+                highs = highspy.Highs()
             _banner_shown = True
     highs.setOptionValue("output_flag", False)
+    highs.setOptionValue("threads", SOLVER_THREADS)
     return highs

@@ -15,15 +15,12 @@ imported on the first solve.
 
 from __future__ import annotations
 
-import os
-import sys
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from assay._lp import silent_highs
+from assay._lp import SOLVER_THREADS, silent_highs, stdout_muted
 from assay.errors import DataError, OptionError
 from assay.nn import Linear, Network, ReLU
 
@@ -91,27 +88,6 @@ class MilpSolution:
     message: str
 
 
-@contextmanager
-def _solver_output_muted():
-    """Send file descriptor 1 to /dev/null while HiGHS runs: it prints some internal notices
-    (e.g. ``HighsMipSolverData::transformNewIntegerFeasibleSolution``) straight to the C-level
-    stdout even with ``disp=False``, which would corrupt ``assay cfx --json``."""
-    try:
-        sys.stdout.flush()
-        saved = os.dup(1)
-    except (OSError, ValueError, AttributeError):
-        yield
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 1)
-        yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(devnull)
-
-
 # Relative optimality gap of every MILP: 0 asks HiGHS for the optimum itself (its absolute gap, 1e-6,
 # remains), which "the nearest counterfactual" needs.
 MIP_REL_GAP = 0.0
@@ -122,7 +98,7 @@ MIP_REL_GAP = 0.0
 # alone closes these problems in a few dozen nodes; one thread, since callers batch over inputs.
 # None of these settings changes what is proven: optimality and infeasibility are the solver's.
 HIGHS_OPTIONS = {
-    "threads": 1,
+    "threads": SOLVER_THREADS,
     "mip_heuristic_effort": 0.0,
     "mip_heuristic_run_rins": False,
     "mip_heuristic_run_rens": False,
@@ -180,7 +156,7 @@ class MilpBuilder:
         options = {**HIGHS_OPTIONS, "mip_rel_gap": float(gap)}
         if time_limit is not None:
             options["time_limit"] = max(float(time_limit), 1e-3)
-        with _solver_output_muted():
+        with stdout_muted():
             outcome = run_highs(problem, options)
             if outcome.status in ("error", "unbounded_or_infeasible"):
                 # A HiGHS "solve error" after its presolve (seen on sba), or presolve's "infeasible or
