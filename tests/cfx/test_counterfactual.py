@@ -180,10 +180,10 @@ def test_time_limits_that_expire_never_overclaim():
 def test_solver_notices_on_the_c_level_stdout_are_muted(capfd):
     import os
 
-    from assay.cfx._model import _solver_output_muted
+    from assay._lp import stdout_muted
 
     print("before", flush=True)
-    with _solver_output_muted():
+    with stdout_muted():
         os.write(1, b"HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();\n")
     print("after", flush=True)
     out = capfd.readouterr().out
