@@ -17,7 +17,7 @@ import torch
 from assay.bounds import IntermediateBounds
 from assay.verify.search import Branches
 
-__all__ = ["Leaves", "check_current", "stale_rows", "versions_like"]
+__all__ = ["Leaves", "check_current", "stale_rows", "unbounded_rows", "versions_like"]
 
 
 def versions_like(count: int, version: int) -> torch.Tensor:
@@ -43,7 +43,7 @@ def check_current(versions: torch.Tensor, reused: torch.Tensor, version: int, ki
                              f"{int(versions[leaf])}, as a proof for network version {version}")
 
 
-def _unbounded_rows(bounds: IntermediateBounds, rows: torch.Tensor) -> IntermediateBounds:
+def unbounded_rows(bounds: IntermediateBounds, rows: torch.Tensor) -> IntermediateBounds:
     """``bounds`` with the rows in ``rows`` (N,) bool replaced by ±inf (nothing known)."""
     def mask(tensors, fill):
         return tuple(torch.where(rows.reshape(-1, *([1] * (t.dim() - 1))), fill, t) for t in tensors)
@@ -112,7 +112,7 @@ class Leaves:
         if not bool(stale.any()):
             return self
         row_upper = torch.where(stale.unsqueeze(1), torch.inf, self.row_upper)
-        bounds = None if self.bounds is None else _unbounded_rows(self.bounds, stale)
+        bounds = None if self.bounds is None else unbounded_rows(self.bounds, stale)
         return replace(self, verified=self.verified & ~stale, row_upper=row_upper, bounds=bounds, inn=self.inn & ~stale,
                        network_version=versions_like(len(self), version))
 

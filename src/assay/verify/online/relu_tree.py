@@ -34,7 +34,7 @@ from assay.bounds import IntermediateBounds, compute_bounds, input_sensitivities
 from assay.nn.network import Network
 from assay.verify.deadline import Deadline
 from assay.verify.online.geometry import contains, enlarge
-from assay.verify.online.leaves import check_current, stale_rows, versions_like
+from assay.verify.online.leaves import check_current, stale_rows, unbounded_rows, versions_like
 from assay.verify.problem import UnsafeQuery
 from assay.verify.relu_split import conjunction_searches
 from assay.verify.result import VerificationStatus
@@ -71,13 +71,8 @@ class ReluLeaves:
         stale = stale_rows(self.network_version, version)
         if not bool(stale.any()):
             return self
-        parents = self.branches.parents
-        fresh = _unbounded_like(parents)
-        keep = ~stale
-        parents = IntermediateBounds(
-            tuple(torch.where(keep.reshape(-1, *([1] * (a.dim() - 1))), a, b) for a, b in zip(parents.lower, fresh.lower)),
-            tuple(torch.where(keep.reshape(-1, *([1] * (a.dim() - 1))), a, b) for a, b in zip(parents.upper, fresh.upper)))
-        return ReluLeaves(replace(self.branches, parents=parents, row_upper=None), self.verified & keep,
+        parents = unbounded_rows(self.branches.parents, stale)
+        return ReluLeaves(replace(self.branches, parents=parents, row_upper=None), self.verified & ~stale,
                           versions_like(len(self), version))
 
 
@@ -295,11 +290,6 @@ def _verified_now(leaves: ReluLeaves, version: int) -> torch.Tensor:
     """(B,) bool: the leaves verified for network ``version`` (an early stop may leave others
     verified for an older one: they count for nothing now)."""
     return leaves.verified & ~stale_rows(leaves.network_version, version)
-
-
-def _unbounded_like(bounds: IntermediateBounds) -> IntermediateBounds:
-    return IntermediateBounds(tuple(torch.full_like(t, -torch.inf) for t in bounds.lower),
-                              tuple(torch.full_like(t, torch.inf) for t in bounds.upper))
 
 
 def _concat(parts: list[ReluLeaves]) -> ReluLeaves:
