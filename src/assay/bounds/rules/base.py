@@ -1,0 +1,167 @@
+"""The contract of an operator's bound rule, and the crossing every element-wise rule shares.
+
+A *bound rule* is one object per operator family that knows how bounds pass through that
+operator. The engine's walks (IBP forwards, CROWN backwards, α-CROWN's optimisation) call only
+the methods below and never name an operator; :mod:`assay.bounds.rules` maps layer classes to
+rules.
+
+**Element-wise rules** (:class:`ElementwiseRule`: sigmoid, tanh, exp, sin, …) describe
+``y = f(z)`` for ``z`` in ``[lower, upper]`` (tensors of shape ``(B, *shape)``) by
+
+* :meth:`ElementwiseRule.interval` — ``(lo, hi)`` with ``lo ≤ f(z) ≤ hi`` for every z in the
+  interval;
+* :meth:`ElementwiseRule.relax` — a :class:`Relaxation`: per element,
+  ``lower_slope·z + lower_intercept ≤ f(z) ≤ upper_slope·z + upper_intercept`` for every z in
+  the interval. ``alpha`` (optional, a pair of tensors in [0, 1] broadcastable to
+  ``(B, S, *shape)`` or ``(B, *shape)``) chooses the free parameters of each side (a tangent
+  point: ``t = lower + alpha · (upper − lower)``); α-CROWN tunes them. Any alpha is sound.
+
+**Soundness (both methods).** The inequalities hold *exactly*, in real arithmetic, for the exact
+mathematical ``f`` and the coefficients as stored (floats), whatever the dtype: the rule charges
+its own rounding and the error of the math library (:data:`LIBM_ULPS`). Interval ends may be
+±inf only where ``f`` is unbounded on the interval (the reciprocal across 0); coefficients are
+always finite (an unbounded side is slope 0, intercept ±inf).
+
+:meth:`ElementwiseRule.cross` (shared, not overridden) carries CROWN's coefficients backwards
+through a relaxation and returns the rounding it owes, so an element-wise operator is one
+:meth:`relax` and one :meth:`interval` and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+__all__ = ["Relaxation", "Crossing", "ElementwiseRule", "LIBM_ULPS", "ulp_margin", "widen", "dot"]
+
+# Bound on the error of torch's math functions (exp, log, sin, tanh, sigmoid, …) in units of the
+# dtype's unit roundoff, relative to the result's magnitude. The libraries torch uses (glibc,
+# SLEEF's 1-ulp variants) stay within 1–4 ulps; composites like sigmoid = 1/(1 + exp(−x)) add one
+# rounding per step. 16 leaves room for all of them.
+LIBM_ULPS = 16
+
+
+@dataclass(frozen=True, eq=False)
+class Relaxation:
+    """Per element: ``lower_slope·z + lower_intercept ≤ f(z) ≤ upper_slope·z + upper_intercept``
+    for z in the interval it was built for (exactly, see the module docstring). Tensors of one
+    shape (or broadcastable to one)."""
+
+    lower_slope: torch.Tensor
+    lower_intercept: torch.Tensor
+    upper_slope: torch.Tensor
+    upper_intercept: torch.Tensor
+
+
+@dataclass(frozen=True, eq=False)
+class Crossing:
+    """What crossing one stage backwards produced.
+
+    ``coefficients[k]`` (B, S, *shape of source k): the rows' coefficients on the stage's k-th
+    input; ``offset`` (B, S): the constant the relaxation added to the bound (already summed);
+    ``rounding`` (B, S): a bound on how far the floating-point crossing can have moved the bound
+    (the coefficients' rounding times the inputs' magnitudes, and the offset's own sum).
+    """
+
+    coefficients: tuple[torch.Tensor, ...]
+    offset: torch.Tensor
+    rounding: torch.Tensor
+
+
+def dot(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Σ over the trailing dims of A (B, S, *shape) times v ((B or 1), *shape) or (B, S, *shape) → (B, S)."""
+    if v.dim() == A.dim():
+        return (A * v).reshape(A.shape[0], A.shape[1], -1).sum(-1)
+    flat_A = A.reshape(A.shape[0], A.shape[1], -1)
+    return flat_A.matmul(v.reshape(v.shape[0], -1, 1)).squeeze(-1)
+
+
+def _gamma(terms: int, dtype: torch.dtype) -> float:
+    u = float(torch.finfo(dtype).eps) / 2
+    return 2.0 * terms * u / max(1.0 - terms * u, 0.5)
+
+
+def ulp_margin(magnitude: torch.Tensor, ulps: float = LIBM_ULPS) -> torch.Tensor:
+    """``ulps`` unit roundoffs of ``magnitude`` (≥ 0), plus the smallest normal number (so that a
+    margin on a value near 0 is never 0)."""
+    finfo = torch.finfo(magnitude.dtype)
+    return ulps * (finfo.eps / 2) * magnitude + finfo.tiny
+
+
+def widen(lower: torch.Tensor, upper: torch.Tensor, ulps: float = LIBM_ULPS) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[lower, upper]`` widened by :func:`ulp_margin` of each end: an interval of computed
+    function values that then holds the exact ones."""
+    return lower - ulp_margin(lower.abs(), ulps), upper + ulp_margin(upper.abs(), ulps)
+
+
+class ElementwiseRule:
+    """Base of the rules of element-wise operators ``y = f(z)``; subclasses define
+    :meth:`interval` and :meth:`relax` (see the module docstring for the contract).
+
+    ``parameters``: how many optimisable parameters each side of :meth:`relax` reads (0: the
+    relaxation has no free choice, ``alpha`` is ignored).
+    """
+
+    parameters: ClassVar[int] = 0
+
+    def interval(self, layer, lower: torch.Tensor, upper: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def relax(self, layer, lower: torch.Tensor, upper: torch.Tensor, alpha=None) -> Relaxation:
+        raise NotImplementedError
+
+    def cross(self, relaxation: Relaxation, A: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor) -> Crossing:
+        """CROWN's step through ``y = f(z)`` for the lower bound of ``A · y``: a positive
+        coefficient takes the lower side, a negative one the upper side.
+
+        ``A`` (B, S, *shape); ``lower``/``upper`` (B, *shape), the bounds of z the relaxation was
+        built for (their magnitude prices the rounding). Returns coefficients on z and the offset.
+        Rounding: each new coefficient is one product (relative error ≤ u, so ≤ 2u·|new| after
+        the fact) times |z| ≤ m; the offset is a sum of n products (γ_n of their magnitudes).
+        """
+        positive, negative = A.clamp(min=0), A.clamp(max=0)
+        slopes = relaxation.lower_slope, relaxation.upper_slope
+        intercepts = relaxation.lower_intercept, relaxation.upper_intercept
+        if slopes[0].dim() < A.dim():  # shared by every row: (B, *shape) → (B, 1, *shape)
+            slopes = tuple(s.unsqueeze(1) for s in slopes)
+            intercepts = tuple(i.unsqueeze(1) for i in intercepts)
+        new = positive * slopes[0] + negative * slopes[1]
+        # 0·(±inf) is NaN: an unbounded intercept only counts where its side is used
+        low_terms = torch.where(positive > 0, positive * intercepts[0], torch.zeros_like(positive))
+        high_terms = torch.where(negative < 0, negative * intercepts[1], torch.zeros_like(negative))
+        terms = low_terms + high_terms
+        offset = terms.reshape(A.shape[0], A.shape[1], -1).sum(-1)
+        with torch.no_grad():
+            big = torch.finfo(lower.dtype).max
+            m = torch.maximum(lower.abs(), upper.abs()).nan_to_num(nan=big, posinf=big)
+            u = float(torch.finfo(lower.dtype).eps) / 2
+            n = max(1, lower[0].numel())
+            rounding = 2 * u * dot(new.detach().abs(), m.unsqueeze(1).expand_as(new)) \
+                + _gamma(n + 2, lower.dtype) * terms.detach().abs().reshape(A.shape[0], A.shape[1], -1).sum(-1)
+        return Crossing((new,), offset, rounding)
+
+
+class MultiInputRule:
+    """Base of the rules of non-linear operators of one or more tensors (products ``a·b``,
+    ``MatMul`` of two tensors, ``Min``/``Max``, ``Softmax``).
+
+    * :meth:`interval` — ``inputs`` is a list of ``(lower, upper)`` pairs, one per tensor the
+      layer reads, each ``(B, *shape_k)``; returns ``(lo, hi)`` of the output, sound for every
+      choice of inputs within their intervals.
+    * :meth:`backward` — ``A`` (B, S, *output shape): returns a :class:`Crossing` whose
+      ``coefficients[k]`` (B, S, *shape_k) and ``offset`` (B, S) satisfy, for every choice of
+      inputs within their intervals, ``A · y ≥ Σ_k coefficients[k] · x_k + offset − rounding``
+      exactly (the lower bound of ``A · y``; CROWN gets upper bounds from negated rows).
+      ``alpha`` as for :class:`ElementwiseRule` (a tuple of ``parameters`` tensors in [0, 1],
+      or None for the default choice).
+    """
+
+    parameters: ClassVar[int] = 0
+
+    def interval(self, layer, inputs) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def backward(self, layer, A: torch.Tensor, inputs, alpha=None) -> Crossing:
+        raise NotImplementedError
