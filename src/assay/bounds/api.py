@@ -187,7 +187,11 @@ def compute_bounds(
             known.update(forward_bounds(plan, lower, upper, clamp_with_interval))
             bounds = interval_pass(plan, lower, upper, deltas, clamp)
         elif spec_of_method.linear and (intermediate is None or refine_intermediate):
-            for position in plan.relu_positions[fixed_layers:]:
+            for position in _refined_tensors(plan, fixed_layers):
+                if position not in plan.relu_positions:  # a general operator's input: every element
+                    known[position] = _crown_tensor_bounds(plan, position, bounds, deltas, center, radius, relax)
+                    bounds = interval_pass(plan, lower, upper, deltas, clamp)
+                    continue
                 # With `intermediate` given, α's first iterate is CROWN on the given bounds:
                 # a separate CROWN pass first would only repeat it.
                 if intermediate_method == "crown" or intermediate is None:
@@ -284,6 +288,30 @@ def compute_bounds(
 
 
 # ---------------------------------------------------------------------------- helpers
+def _refined_tensors(plan: Plan, fixed_layers: int) -> list[int]:
+    """The tensors CROWN bounds before the output, in order: the inputs of the ReLU layers after
+    the first ``fixed_layers``, and every tensor a non-linear general operator reads (the
+    network's input excepted: its bounds are the domain)."""
+    first = plan.relu_positions[fixed_layers - 1] + 1 if fixed_layers else 1
+    return sorted({p for p in plan.relu_positions[fixed_layers:]}
+                  | {t for t in plan.operator_inputs if t >= first})
+
+
+def _crown_tensor_bounds(plan: Plan, tensor: int, bounds, deltas, center, radius, relax):
+    """CROWN bounds of every element of ``tensor`` (one that a non-linear general operator reads:
+    its relaxation depends on the whole interval, not only on a sign), never looser than before."""
+    lower, upper = bounds[tensor]
+    input_elements = max(1, center[0].numel())
+    chunk = max(1, _ROW_CHUNK_ELEMENTS // (2 * lower.shape[0] * input_elements))
+    scales = rounding_scales(plan, tensor, bounds)
+
+    def bound_rows(neurons, C, d):
+        back = backsubstitute(plan, tensor, C, d, bounds, deltas, relax=relax, scales=scales)
+        return concretize(plan, back, center, radius)[0]
+
+    return _bound_unstable_neurons(bounds[tensor], chunk, bound_rows, mask=upper > lower)
+
+
 def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radius, relax):
     """CROWN bounds of the input of ReLU stage ``position``, only for neurons not yet stable.
 
@@ -394,18 +422,19 @@ def _no_linear(back: Backward, margin: torch.Tensor) -> None:
     return None
 
 
-def _bound_unstable_neurons(layer_bounds, chunk: int, bound_rows, only=None):
+def _bound_unstable_neurons(layer_bounds, chunk: int, bound_rows, only=None, mask=None):
     """Tighten one layer's unstable neurons: ``bound_rows(neurons, C, d)`` returns sound lower
     bounds (B, 2m) of the rows ``C`` = (+unit on each neuron, then −unit), (B, 2m, *shape).
 
     Each domain bounds its own unstable neurons (restricted to ``only``, a bool mask of the
     layer's shape per domain, if given), padded to the largest count among the domains; at most
-    ``chunk`` neurons per call. Returns the new (lower, upper), never looser than the old.
+    ``chunk`` neurons per call. ``mask`` (a bool tensor of the bounds' shape) replaces "unstable"
+    by any choice of elements. Returns the new (lower, upper), never looser than the old.
     """
     lower, upper = layer_bounds
     batch = lower.shape[0]
     flat_lower, flat_upper = lower.reshape(batch, -1).clone(), upper.reshape(batch, -1).clone()
-    unstable = (flat_lower < 0) & (flat_upper > 0)
+    unstable = (flat_lower < 0) & (flat_upper > 0) if mask is None else mask.reshape(batch, -1).clone()
     if only is not None:
         unstable &= only.reshape(batch, -1)
     width = int(unstable.sum(1).max()) if batch else 0

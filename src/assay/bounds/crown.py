@@ -34,7 +34,17 @@ from dataclasses import dataclass
 import torch
 
 from assay.bounds.ibp import perturbation_radius
-from assay.bounds.plan import AddStage, AffineStage, MaxPoolStage, Plan, ReluStage, accumulate, gamma, unit_roundoff
+from assay.bounds.plan import (
+    AddStage,
+    AffineStage,
+    MaxPoolStage,
+    OperatorStage,
+    Plan,
+    ReluStage,
+    accumulate,
+    gamma,
+    unit_roundoff,
+)
 from assay.bounds.relaxation import MaxPoolRelaxation, ReluRelaxation, relax_maxpool, relax_relu
 
 
@@ -99,6 +109,7 @@ def backsubstitute(
     scales: dict[int, torch.Tensor] | None = None,
     rounding: bool = True,
     forks: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None,
+    operator_alphas: dict[int, tuple[torch.Tensor, ...]] | None = None,
 ) -> Backward:
     """Lower linear bound of ``C · (input of stage target) + d`` in terms of the network input.
 
@@ -134,117 +145,161 @@ def backsubstitute(
             end first), copy-major. Slopes and split multipliers of a position must have as many
             rows as the walk has there. Rounding terms are not charged for forked rows (use with
             ``rounding=False``).
+        operator_alphas: per general operator's stage position, the free parameters of its rule's
+            relaxation (a tuple of tensors in [0, 1]; absent: the rule's default choice).
     """
-    deltas = deltas or {}
-    slopes = slopes or {}
-    betas = betas or {}
-    relaxations = relaxations or {}
-    forks = forks or {}
-    fixed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # per ReLU position, the rows' fixed neurons
     if forks and rounding:
         raise ValueError("backsubstitute: forks need rounding=False (their rows owe no rounding terms)")
-    spec_rows = C.shape[1]
     if rounding and scales is None:
         scales = rounding_scales(plan, target, bounds)
-    u = unit_roundoff(plan.dtype)
-    gamma_b = gamma(plan.sum_terms, plan.dtype)  # a term's share of the rounding of the sum b
-    b = d.clone()
-    error = gamma_b * d.abs() if rounding else torch.zeros_like(d)
-    pending = {target: (C,)}
-    received = {target: 1}  # how many consumers' coefficients were summed into each tensor
-    # Per tensor, the rounding owed per unit of |coefficient| on it, charged once its
-    # coefficients are final (one |A|·v per stage instead of one per rounding step).
-    charges: dict[int, torch.Tensor] = {}
+    walk = _Walk(plan, bounds, C, d, rounding, scales, deltas or {}, slopes or {}, betas or {}, relaxations or {},
+                 relax, observe, forks or {}, operator_alphas or {})
+    walk.pending = {target: (C,)}
+    walk.received = {target: 1}
+    for position in range(target - 1, -1, -1):
+        if position + 1 not in walk.pending:
+            continue  # the stage's output does not reach the target
+        (A,) = walk.pending.pop(position + 1)
+        stage = plan.stages[position]
+        _CROSS[type(stage)](walk, position, stage, A)
+    (A,) = walk.pending.pop(0)
+    if rounding:
+        walk.error = walk.settle(0, A, None)
+    return Backward(A, walk.b, walk.error)
 
-    def send(tensor: int, A: torch.Tensor) -> None:
-        accumulate(pending, tensor, (A,))
-        received[tensor] = received.get(tensor, 0) + 1
 
-    def charge(tensor: int, vector) -> None:
-        charges[tensor] = charges[tensor] + vector if tensor in charges else vector
+class _Walk:
+    """The state of one backward walk: the offset ``b``, the rounding owed so far, the
+    coefficients waiting on each tensor, and the per-walk options of :func:`backsubstitute`.
 
-    def settle(tensor: int, A: torch.Tensor, own) -> torch.Tensor:
+    Rounding is charged per tensor (``charges``: the rounding owed per unit of |coefficient| on
+    it) once its coefficients are final: one |A|·v per stage instead of one per rounding step.
+    """
+
+    def __init__(self, plan, bounds, C, d, rounding, scales, deltas, slopes, betas, relaxations, relax, observe,
+                 forks, operator_alphas):
+        self.plan, self.bounds, self.rounding, self.scales = plan, bounds, rounding, scales
+        self.deltas, self.slopes, self.betas, self.relaxations = deltas, slopes, betas, relaxations
+        self.relax, self.observe, self.forks, self.operator_alphas = relax, observe, forks, operator_alphas
+        self.fixed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # per ReLU position, the rows' fixed neurons
+        self.spec_rows = C.shape[1]
+        self.u = unit_roundoff(plan.dtype)
+        self.gamma_b = gamma(plan.sum_terms, plan.dtype)  # a term's share of the rounding of the sum b
+        self.b = d.clone()
+        self.error = self.gamma_b * d.abs() if rounding else torch.zeros_like(d)
+        self.pending: dict = {}
+        self.received: dict[int, int] = {}  # how many consumers' coefficients were summed into each tensor
+        self.charges: dict[int, torch.Tensor] = {}
+
+    def send(self, tensor: int, A: torch.Tensor) -> None:
+        accumulate(self.pending, tensor, (A,))
+        self.received[tensor] = self.received.get(tensor, 0) + 1
+
+    def charge(self, tensor: int, vector) -> None:
+        self.charges[tensor] = self.charges[tensor] + vector if tensor in self.charges else vector
+
+    def settle(self, tensor: int, A: torch.Tensor, own) -> torch.Tensor:
         """The error owed by the final coefficients A on ``tensor``: the charges deposited on it,
         the summing of k consumers' coefficients (k − 1 roundings of at most u of the sum each),
         and ``own`` (the stage about to be crossed)."""
-        vector = charges.pop(tensor, None)
-        extra = received.get(tensor, 1) - 1
+        vector = self.charges.pop(tensor, None)
+        extra = self.received.get(tensor, 1) - 1
         if extra > 0:
-            summed = 2 * extra * u * _magnitude(*bounds[tensor])
+            summed = 2 * extra * self.u * _magnitude(*self.bounds[tensor])
             vector = summed if vector is None else vector + summed
         if own is not None:
             vector = own if vector is None else vector + own
-        return error if vector is None else error + _abs_dot(A, vector)
+        return self.error if vector is None else self.error + _abs_dot(A, vector)
 
-    for position in range(target - 1, -1, -1):
-        if position + 1 not in pending:
-            continue  # the stage's output does not reach the target
-        (A,) = pending.pop(position + 1)
-        stage = plan.stages[position]
-        if isinstance(stage, AddStage):
-            if rounding:
-                error = settle(position + 1, A, None)
-            for source in stage.sources:
-                send(source, A)
-            continue
-        if isinstance(stage, MaxPoolStage):
-            relaxation = relax_maxpool(*bounds[stage.sources[0]], stage.kernel, stage.stride)
-            if rounding:  # the window maxima's terms added into b
-                error = settle(position + 1, A, gamma_b * relaxation.upper.abs())
-            A, constant = _maxpool_backward(stage, A, relaxation)
-            b = b + constant
-            if rounding and stage.overlap > 1:  # overlapping windows sum coefficients per element
-                charge(stage.sources[0], 2 * (stage.overlap - 1) * u * _magnitude(*bounds[stage.sources[0]]))
-            send(stage.sources[0], A)
-            continue
-        if isinstance(stage, ReluStage):
-            if position in forks:
-                A, b, error, fix = _fork(pending, A, b, error, spec_rows, *forks[position])
-                fixed[position] = fix
-            relaxation = relaxations.get(position) or relax(*bounds[position])
-            if rounding:  # the intercepts' terms added into b (charged on |A| ≥ |A⁻|)
-                error = settle(position + 1, A, gamma_b * relaxation.upper_intercept.abs())
-            lower_slope = relaxation.lower_slope.unsqueeze(1)
-            if position in slopes:
-                lower_slope = torch.where(relaxation.unstable.unsqueeze(1), slopes[position], lower_slope)
-            b = b + _dot(A.clamp(max=0), relaxation.upper_intercept)
-            crossed = A * torch.where(A >= 0, lower_slope, relaxation.upper_slope.unsqueeze(1))
-            if position in fixed:
-                crossed, b = _fix_neurons(A, crossed, b, relaxation, *fixed[position])
-            A = crossed
-            if observe is not None:
-                observe(position, A)
-            if rounding:
-                magnitude = _magnitude(*bounds[position])
-                if position in betas:  # the product rounds before β is added: charge it now
-                    error = error + 2 * u * _abs_dot(A, magnitude)
-                charge(position, 2 * u * magnitude)
-            if position in betas:
-                A = A + betas[position]
-        else:
-            delta = deltas.get(position, 0.0)
-            if delta > 0:
-                # the radius is itself a rounded sum: widen it by that sum's relative error
-                noise = perturbation_radius(stage, *bounds[stage.sources[0]], delta) * (1 + gamma(stage.fan + 2, plan.dtype))
-                term = _abs_dot(A, noise)
-                b = b - term
-                error = error + gamma_b * term
-            if rounding:
-                # fan products per entry, plus the weights' own rounding into the working dtype;
-                # the bias's terms added into b
-                own = gamma(stage.fan + 2, plan.dtype) * scales[position] if position in scales else None
-                if stage.bias is not None:
-                    bias = gamma_b * _bias_magnitudes(stage)
-                    own = bias if own is None else own + bias
-                error = settle(position + 1, A, own)
-            if stage.bias is not None:
-                b = b + stage.bias_term(A)
-            A = stage.backward(A)
-        send(stage.sources[0], A)
-    (A,) = pending.pop(0)
-    if rounding:
-        error = settle(0, A, None)
-    return Backward(A, b, error)
+
+def _cross_add(walk: _Walk, position: int, stage: AddStage, A: torch.Tensor) -> None:
+    if walk.rounding:
+        walk.error = walk.settle(position + 1, A, None)
+    for source in stage.sources:
+        walk.send(source, A)
+
+
+def _cross_maxpool(walk: _Walk, position: int, stage: MaxPoolStage, A: torch.Tensor) -> None:
+    bounds, u = walk.bounds, walk.u
+    relaxation = relax_maxpool(*bounds[stage.sources[0]], stage.kernel, stage.stride)
+    if walk.rounding:  # the window maxima's terms added into b
+        walk.error = walk.settle(position + 1, A, walk.gamma_b * relaxation.upper.abs())
+    A, constant = _maxpool_backward(stage, A, relaxation)
+    walk.b = walk.b + constant
+    if walk.rounding and stage.overlap > 1:  # overlapping windows sum coefficients per element
+        walk.charge(stage.sources[0], 2 * (stage.overlap - 1) * u * _magnitude(*bounds[stage.sources[0]]))
+    walk.send(stage.sources[0], A)
+
+
+def _cross_operator(walk: _Walk, position: int, stage: OperatorStage, A: torch.Tensor) -> None:
+    """A general operator: its rule crosses it (coefficients per source, an offset, its rounding)."""
+    crossing = stage.cross(A, walk.bounds, walk.operator_alphas.get(position))
+    if walk.rounding:
+        walk.error = (walk.settle(position + 1, A, None) + crossing.rounding
+                      + walk.gamma_b * crossing.offset.detach().abs())
+    walk.b = walk.b + crossing.offset
+    for source, coefficients in zip(stage.sources, crossing.coefficients):
+        walk.send(source, coefficients)
+
+
+def _cross_relu(walk: _Walk, position: int, stage: ReluStage, A: torch.Tensor) -> None:
+    bounds, u = walk.bounds, walk.u
+    if position in walk.forks:
+        A, walk.b, walk.error, fix = _fork(walk.pending, A, walk.b, walk.error, walk.spec_rows, *walk.forks[position])
+        walk.fixed[position] = fix
+    relaxation = walk.relaxations.get(position) or walk.relax(*bounds[position])
+    if walk.rounding:  # the intercepts' terms added into b (charged on |A| ≥ |A⁻|)
+        walk.error = walk.settle(position + 1, A, walk.gamma_b * relaxation.upper_intercept.abs())
+    lower_slope = relaxation.lower_slope.unsqueeze(1)
+    if position in walk.slopes:
+        lower_slope = torch.where(relaxation.unstable.unsqueeze(1), walk.slopes[position], lower_slope)
+    walk.b = walk.b + _dot(A.clamp(max=0), relaxation.upper_intercept)
+    crossed = A * torch.where(A >= 0, lower_slope, relaxation.upper_slope.unsqueeze(1))
+    if position in walk.fixed:
+        crossed, walk.b = _fix_neurons(A, crossed, walk.b, relaxation, *walk.fixed[position])
+    A = crossed
+    if walk.observe is not None:
+        walk.observe(position, A)
+    if walk.rounding:
+        magnitude = _magnitude(*bounds[position])
+        if position in walk.betas:  # the product rounds before β is added: charge it now
+            walk.error = walk.error + 2 * u * _abs_dot(A, magnitude)
+        walk.charge(position, 2 * u * magnitude)
+    if position in walk.betas:
+        A = A + walk.betas[position]
+    walk.send(stage.sources[0], A)
+
+
+def _cross_affine(walk: _Walk, position: int, stage: AffineStage, A: torch.Tensor) -> None:
+    plan = walk.plan
+    delta = walk.deltas.get(position, 0.0)
+    if delta > 0:
+        # the radius is itself a rounded sum: widen it by that sum's relative error
+        noise = perturbation_radius(stage, *walk.bounds[stage.sources[0]], delta) * (1 + gamma(stage.fan + 2, plan.dtype))
+        term = _abs_dot(A, noise)
+        walk.b = walk.b - term
+        walk.error = walk.error + walk.gamma_b * term
+    if walk.rounding:
+        # fan products per entry, plus the weights' own rounding into the working dtype;
+        # the bias's terms added into b
+        own = gamma(stage.fan + 2, plan.dtype) * walk.scales[position] if position in walk.scales else None
+        if stage.bias is not None:
+            bias = walk.gamma_b * _bias_magnitudes(stage)
+            own = bias if own is None else own + bias
+        walk.error = walk.settle(position + 1, A, own)
+    if stage.bias is not None:
+        walk.b = walk.b + stage.bias_term(A)
+    walk.send(stage.sources[0], stage.backward(A))
+
+
+# CROWN's backward rule of each kind of stage: (walk, position, stage, coefficients on its output).
+_CROSS = {
+    AffineStage: _cross_affine,
+    ReluStage: _cross_relu,
+    AddStage: _cross_add,
+    MaxPoolStage: _cross_maxpool,
+    OperatorStage: _cross_operator,
+}
 
 
 def _fork(pending: dict, A, b, error, spec_rows: int, index: torch.Tensor, slope: torch.Tensor):

@@ -123,6 +123,7 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp) 
         ``{relu position: (lower, upper)}`` (after ``clamp``).
     """
     plan.require_no_maxpool("forward linear bounds (intermediate_method='forward')")
+    plan.require_relu_network("forward linear bounds (intermediate_method='forward')")
     batch = lower.shape[0]
     n = lower[0].numel()
     dtype = lower.dtype

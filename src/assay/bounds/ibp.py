@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from assay.bounds.plan import AddStage, AffineStage, MaxPoolStage, Plan, ReluStage, unit_roundoff
+from assay.bounds.plan import AddStage, AffineStage, MaxPoolStage, OperatorStage, Plan, ReluStage, unit_roundoff
 
 # Elements of the (batch, out, in) product tensor built at once for exact interval weights.
 _CORNER_CHUNK = 1 << 22
@@ -120,8 +120,9 @@ def interval_pass(
         plan: the network's stages in the working dtype.
         lower, upper: input bounds of shape (B, *input_shape) in the plan's dtype.
         deltas: weight-perturbation radius per stage position (absent or 0: exact weights).
-        clamp: optional callable ``clamp(position, lower, upper) -> (lower, upper)`` applied to
-            the input bounds of each ReLU stage before propagating (tighter known bounds, splits).
+        clamp: optional callable ``clamp(tensor, lower, upper) -> (lower, upper)`` applied to
+            the input bounds of each ReLU stage and non-linear general operator before
+            propagating (tighter known bounds, splits).
         given: sound bounds of some tensors (by index), taken as they are instead of computed:
             e.g. a parent domain's pre-activation bounds, which IBP over the same box rarely
             tightens (on oval21 cifar_base the intervals of the affine stages were a sixth of a
@@ -134,23 +135,35 @@ def interval_pass(
     given = given or {}
     bounds = [(lower, upper)]
     for position, stage in enumerate(plan.stages):
-        if position + 1 in given and not isinstance(stage, ReluStage):
+        clamped = _CLAMPED[type(stage)](stage)
+        if position + 1 in given and not clamped:
             bounds.append(given[position + 1])
             continue
-        if isinstance(stage, ReluStage):
-            lower, upper = bounds[position]
-            if clamp is not None:
-                lower, upper = clamp(position, lower, upper)
-                bounds[position] = (lower, upper)
-            lower, upper = lower.clamp(min=0), upper.clamp(min=0)
-        elif isinstance(stage, AddStage):
-            lower, upper = add_interval(*bounds[stage.sources[0]], *bounds[stage.sources[1]])
-        elif isinstance(stage, MaxPoolStage):  # exact: max is monotone and rounds nothing
-            lower, upper = (F.max_pool2d(t, stage.kernel, stage.stride) for t in bounds[stage.sources[0]])
-        else:
-            lower, upper = _affine_interval(stage, *bounds[stage.sources[0]], deltas.get(position, 0.0))
-        bounds.append((lower, upper))
+        if clamp is not None:
+            for source in clamped:
+                bounds[source] = clamp(source, *bounds[source])
+        bounds.append(_INTERVAL[type(stage)](stage, bounds, deltas.get(position, 0.0)))
     return bounds
+
+
+# The interval rule of each kind of stage: (stage, bounds so far, weight radius) -> (lower, upper).
+# MaxPool is exact (max is monotone and rounds nothing); a general operator asks its rule.
+_INTERVAL = {
+    AffineStage: lambda stage, bounds, delta: _affine_interval(stage, *bounds[stage.sources[0]], delta),
+    ReluStage: lambda stage, bounds, delta: tuple(t.clamp(min=0) for t in bounds[stage.sources[0]]),
+    AddStage: lambda stage, bounds, delta: add_interval(*bounds[stage.sources[0]], *bounds[stage.sources[1]]),
+    MaxPoolStage: lambda stage, bounds, delta: tuple(F.max_pool2d(t, stage.kernel, stage.stride)
+                                                     for t in bounds[stage.sources[0]]),
+    OperatorStage: lambda stage, bounds, delta: stage.interval(bounds),
+}
+# The tensors a stage relaxes, whose bounds `clamp` tightens first (known bounds, split constraints).
+_CLAMPED = {
+    AffineStage: lambda stage: (),
+    ReluStage: lambda stage: stage.sources,
+    AddStage: lambda stage: (),
+    MaxPoolStage: lambda stage: (),
+    OperatorStage: lambda stage: stage.sources if stage.nonlinear else (),
+}
 
 
 def add_interval(lower_a, upper_a, lower_b, upper_b) -> tuple[torch.Tensor, torch.Tensor]:

@@ -71,7 +71,9 @@ def optimize_bounds(
             networks (oval21 cifar_base: 0.112 against 0.096), the drafted ones are not.
     Returns:
         (best lower (B, S) elementwise over iterations, Backward at the best objective per
-        domain, its margin, iterations run, the α of that Backward per ReLU position).
+        domain, its margin, iterations run, the α of that Backward per ReLU position — and,
+        under ``("operator", position, k)`` keys, the parameters of general operators'
+        relaxations, which start at 0.5).
     """
     objective = objective or default_objective
     target = len(plan.stages) if target is None else target
@@ -87,6 +89,13 @@ def optimize_bounds(
                 given = initial_alphas[position].to(init.dtype).clamp(0.0, 1.0)
                 init = torch.where(relaxation.unstable.unsqueeze(1), given.expand_as(init), init)
             alphas[position] = init.clone().requires_grad_(True)
+    # the free parameters of general operators' relaxations: ("operator", position, k) keys
+    for position in plan.parametrised_operators:
+        if position < target:
+            stage = plan.stages[position]
+            for k in range(stage.rule.parameters):
+                alphas[("operator", position, k)] = torch.full((batch, rows, *stage.out_shape), 0.5, dtype=C.dtype,
+                                                               requires_grad=True)
     betas: dict[int, torch.Tensor] = {}
     split_signs = split_signs or {}
     for position, signs in split_signs.items():
@@ -134,9 +143,13 @@ def _evaluator(plan, target, C, d, bounds, deltas, relaxations, scales, center, 
 
     def evaluate(alphas, betas):
         signed = {p: betas[p].clamp(min=0) * split_signs[p].unsqueeze(1) for p in betas}
-        slopes = {p: a.clamp(0.0, 1.0) for p, a in alphas.items()}
+        slopes = {p: a.clamp(0.0, 1.0) for p, a in alphas.items() if isinstance(p, int)}
+        operator_alphas: dict[int, list] = {}
+        for key, a in alphas.items():  # ("operator", position, k), in k order
+            if not isinstance(key, int):
+                operator_alphas.setdefault(key[1], []).append(a.clamp(0.0, 1.0))
         back = backsubstitute(plan, target, C, d, bounds, deltas, slopes, signed, relaxations, scales=scales,
-                              rounding=rounding)
+                              rounding=rounding, operator_alphas={p: tuple(v) for p, v in operator_alphas.items()})
         lower, margin = concretize(plan, back, center, radius)
         return back, lower, margin
 

@@ -23,12 +23,14 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from assay.bounds.rules import registered_layers, rule_for
 from assay.errors import UnsupportedOperatorError
 from assay.nn.layers import Add, AvgPool2d, Conv2d, Flatten, Linear, MaxPool2d, ReLU, Reshape
 from assay.nn.network import Network
 
-# the layer types the engine has rules for; any other layer (assay.nn.ops) ends a bound method in
-# one UnsupportedOperatorError naming it
+# the ReLU-network layers the engine lowers to its own stages; any other layer (assay.nn.ops) is
+# bounded through its registered rule (assay.bounds.rules), and one without a rule ends a bound
+# method in one UnsupportedOperatorError naming it
 BOUND_RULE_LAYERS = (Linear, Conv2d, ReLU, AvgPool2d, MaxPool2d, Flatten, Reshape, Add)
 SUPPORTED = ", ".join(layer.__name__ for layer in BOUND_RULE_LAYERS)
 
@@ -157,6 +159,36 @@ class MaxPoolStage:
         return math.prod(-(-k // s) for k, s in zip(self.kernel, self.stride))
 
 
+@dataclass(frozen=True, eq=False)
+class OperatorStage:
+    """A layer whose bounds pass through its operator's registered rule (:mod:`assay.bounds.rules`):
+    the general operators of :mod:`assay.nn.ops`. It reads the tensors ``sources`` (in order) and
+    produces tensor ``index + 1``; ``rule.linear`` says whether it is affine in them."""
+
+    index: int
+    layer: object
+    rule: object
+    in_shapes: tuple[tuple[int, ...], ...]
+    out_shape: tuple[int, ...]
+    sources: tuple[int, ...] = ()
+
+    @property
+    def nonlinear(self) -> bool:
+        return not self.rule.linear
+
+    def interval(self, bounds) -> tuple[torch.Tensor, torch.Tensor]:
+        """Bounds of the output from ``bounds[t]`` of the tensors it reads."""
+        return self.rule.forward_interval(self.layer, [bounds[s] for s in self.sources])
+
+    def backward_magnitude(self, G: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``|L|ᵀ G`` per source for a linear operator (see :meth:`LinearRule.backward_magnitude`)."""
+        return self.rule.backward_magnitude(self.layer, G, self.in_shapes)
+
+    def cross(self, A: torch.Tensor, bounds, alpha=None):
+        """CROWN's backward step: a :class:`~assay.bounds.rules.base.Crossing` (coefficients per source)."""
+        return self.rule.backward(self.layer, A, [bounds[s] for s in self.sources], alpha)
+
+
 class Plan:
     """The stages of a network in one dtype. Obtain with :func:`plan_for`."""
 
@@ -165,35 +197,17 @@ class Plan:
         self.dtype = dtype
         self.stages: list[AffineStage | ReluStage | AddStage | MaxPoolStage] = []
         for index, layer in enumerate(network.layers):
-            reads = network.sources[index]
-            in_shape, out_shape = network.shapes[reads[0]], network.shapes[index + 1]
-            if isinstance(layer, ReLU):
-                self.stages.append(ReluStage(index, in_shape, reads))
-            elif isinstance(layer, Add):
-                self.stages.append(AddStage(index, out_shape, reads))
-            elif isinstance(layer, MaxPool2d):
-                self.stages.append(MaxPoolStage(index, in_shape, out_shape, layer.kernel_size, layer.stride, reads))
-            elif isinstance(layer, Linear):
-                weight, bias = network.parameters_as(index, dtype)
-                self.stages.append(
-                    AffineStage(index, "linear", in_shape, out_shape, weight, bias, weight.abs(), None,
-                                max(weight.shape), True, reads)
-                )
-            elif isinstance(layer, (Conv2d, AvgPool2d)):
-                conv = layer if isinstance(layer, Conv2d) else layer.as_conv(in_shape[0])
-                weight, bias = conv.weight.to(dtype), conv.bias.to(dtype)
-                fan = max(weight.shape[1] * weight.shape[2] * weight.shape[3],
-                          weight.shape[0] * weight.shape[2] * weight.shape[3])
-                self.stages.append(
-                    AffineStage(index, "conv", in_shape, out_shape, weight, bias, weight.abs(), conv, fan,
-                                not conv.fixed, reads, _shared_groups(conv, weight))
-                )
-            elif isinstance(layer, (Flatten, Reshape)):  # a pure reshape: out_shape says which
-                self.stages.append(AffineStage(index, "flatten", in_shape, out_shape, None, None, None, None, 1, False,
-                                               reads))
-            else:  # a general operator (assay.nn.ops) without a bound rule yet
-                require_bound_rules(network)
+            lower = _LOWERINGS.get(type(layer), _operator_stage)
+            self.stages.append(lower(network, index, layer, dtype))
         self.relu_positions = [i for i, s in enumerate(self.stages) if isinstance(s, ReluStage)]
+        # The tensors whose bounds a non-linear general operator reads: CROWN refines them before
+        # they are relaxed, as it refines the ReLU inputs.
+        self.operator_inputs = sorted({source for s in self.stages if isinstance(s, OperatorStage) and s.nonlinear
+                                       for source in s.sources})
+        self.is_general = any(isinstance(s, OperatorStage) for s in self.stages)
+        # general operators whose relaxation has free parameters (α-CROWN tunes them)
+        self.parametrised_operators = [i for i, s in enumerate(self.stages)
+                                       if isinstance(s, OperatorStage) and s.rule.parameters]
         self.is_chain = network.is_chain
         self.has_maxpool = any(isinstance(s, MaxPoolStage) for s in self.stages)
         # The rounding factor: every backward or forward product sums at most `fan` terms per
@@ -213,6 +227,22 @@ class Plan:
                 self.last_use[source] = position
 
 
+    @property
+    def has_nonlinear_operators(self) -> bool:
+        """Whether a general operator that is not affine (sigmoid, products, …) is present."""
+        return any(isinstance(s, OperatorStage) and s.nonlinear for s in self.stages)
+
+    def require_relu_network(self, what: str, linear_operators: bool = False) -> None:
+        """Raise a clear error where ``what`` handles ReLU networks only (a general operator is
+        present; with ``linear_operators``, only a non-affine one)."""
+        general = [s for s in self.stages if isinstance(s, OperatorStage) and (s.nonlinear or not linear_operators)]
+        if general:
+            names = sorted({type(s.layer).__name__ for s in general})
+            raise UnsupportedOperatorError(
+                f"{what} supports networks of dense, convolution, ReLU, pooling and residual layers; "
+                f"{self.network.source} also has {', '.join(names)}"
+            )
+
     def require_no_maxpool(self, what: str) -> None:
         """Raise a clear error where ``what`` walks ReLU networks only (a MaxPool2d stage is not one)."""
         if self.has_maxpool:
@@ -222,17 +252,77 @@ class Plan:
             )
 
 
+def _relu_stage(network: Network, index: int, layer, dtype) -> ReluStage:
+    reads = network.sources[index]
+    return ReluStage(index, network.shapes[reads[0]], reads)
+
+
+def _add_stage(network: Network, index: int, layer, dtype) -> AddStage:
+    return AddStage(index, network.shapes[index + 1], network.sources[index])
+
+
+def _maxpool_stage(network: Network, index: int, layer, dtype) -> MaxPoolStage:
+    reads = network.sources[index]
+    return MaxPoolStage(index, network.shapes[reads[0]], network.shapes[index + 1], layer.kernel_size, layer.stride,
+                        reads)
+
+
+def _linear_stage(network: Network, index: int, layer, dtype) -> AffineStage:
+    reads = network.sources[index]
+    weight, bias = network.parameters_as(index, dtype)
+    return AffineStage(index, "linear", network.shapes[reads[0]], network.shapes[index + 1], weight, bias, weight.abs(),
+                       None, max(weight.shape), True, reads)
+
+
+def _conv_stage(network: Network, index: int, layer, dtype) -> AffineStage:
+    """Conv2d, and AvgPool2d as the depthwise convolution it is."""
+    reads = network.sources[index]
+    in_shape = network.shapes[reads[0]]
+    conv = layer.as_conv(in_shape[0]) if isinstance(layer, AvgPool2d) else layer
+    weight, bias = conv.weight.to(dtype), conv.bias.to(dtype)
+    fan = max(weight.shape[1] * weight.shape[2] * weight.shape[3], weight.shape[0] * weight.shape[2] * weight.shape[3])
+    return AffineStage(index, "conv", in_shape, network.shapes[index + 1], weight, bias, weight.abs(), conv, fan,
+                       not conv.fixed, reads, _shared_groups(conv, weight))
+
+
+def _reshape_stage(network: Network, index: int, layer, dtype) -> AffineStage:
+    """Flatten and Reshape: a pure reshape (the output shape says which)."""
+    reads = network.sources[index]
+    return AffineStage(index, "flatten", network.shapes[reads[0]], network.shapes[index + 1], None, None, None, None, 1,
+                       False, reads)
+
+
+def _operator_stage(network: Network, index: int, layer, dtype) -> OperatorStage:
+    """A general operator (assay.nn.ops): bounded through its registered rule."""
+    rule = rule_for(layer)
+    if rule is None:
+        require_bound_rules(network)
+    reads = network.sources[index]
+    return OperatorStage(index, layer, rule, tuple(network.shapes[r] for r in reads), network.shapes[index + 1], reads)
+
+
+# How each ReLU-network layer is lowered to the engine's own stages; every other layer is an
+# OperatorStage bounded by its registered rule.
+_LOWERINGS = {ReLU: _relu_stage, Add: _add_stage, MaxPool2d: _maxpool_stage, Linear: _linear_stage,
+              Conv2d: _conv_stage, AvgPool2d: _conv_stage, Flatten: _reshape_stage, Reshape: _reshape_stage}
+
+
 def require_bound_rules(network: Network) -> None:
     """Raise the engine's one-line :class:`UnsupportedOperatorError` now if ``network`` has a layer
     without a bound rule (what building its :class:`Plan` would raise), for analyses that would
     otherwise run an attack or a forward pass before their first bound."""
     for index, layer in enumerate(network.layers):
-        if not isinstance(layer, BOUND_RULE_LAYERS):
+        if not has_bound_rule(layer):
             where = network.origins[index] if network.origins else network.source
             raise UnsupportedOperatorError(
                 f"{where}: bound propagation has no rule for operator '{type(layer).__name__}' (layer {index}); "
-                f"layers with bound rules: {SUPPORTED}"
+                f"layers with bound rules: {SUPPORTED}, {', '.join(sorted(c.__name__ for c in registered_layers()))}"
             )
+
+
+def has_bound_rule(layer) -> bool:
+    """Whether the engine can bound ``layer`` (a ReLU-network layer, or an operator with a rule)."""
+    return isinstance(layer, BOUND_RULE_LAYERS) or rule_for(layer) is not None
 
 
 def _shared_groups(conv: Conv2d, weight: torch.Tensor) -> int:

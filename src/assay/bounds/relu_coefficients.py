@@ -68,6 +68,7 @@ def relu_coefficients(
     """
     plan = plan_for(network, torch.float64)
     plan.require_no_maxpool("relu_coefficients")  # it holds the bounds of ReLU inputs only
+    plan.require_relu_network("relu_coefficients")
     batch = intermediate.batch_size
     C = torch.as_tensor(C, dtype=torch.float64)
     if C.dim() == 2:

@@ -61,6 +61,7 @@ def split_child_bounds(
     """
     plan = plan_for(network, dtype)
     plan.require_no_maxpool("split_child_bounds")  # the walk holds the bounds of ReLU inputs only
+    plan.require_relu_network("split_child_bounds")
     batch, k = candidates.shape
     rows = C.shape[0]
     C_rows = C.to(dtype).reshape(1, rows, *network.output_shape).expand(batch, rows, *network.output_shape)

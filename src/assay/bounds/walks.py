@@ -23,7 +23,16 @@ import torch
 
 from assay.bounds.crown import backsubstitute, concretize
 from assay.bounds.ibp import center_radius, interval_pass
-from assay.bounds.plan import AddStage, AffineStage, ReluStage, accumulate, plan_for, rounding_factor, unit_roundoff
+from assay.bounds.plan import (
+    AddStage,
+    AffineStage,
+    OperatorStage,
+    ReluStage,
+    accumulate,
+    plan_for,
+    rounding_factor,
+    unit_roundoff,
+)
 from assay.bounds.relaxation import relax_relu
 from assay.bounds.result import IntermediateBounds
 from assay.nn.network import Network
@@ -56,6 +65,7 @@ def gradient_bounds(network: Network, rows: torch.Tensor, intermediate: Intermed
     """
     plan = plan_for(network, torch.float64)
     plan.require_no_maxpool("gradient_bounds")
+    plan.require_relu_network("gradient_bounds", linear_operators=True)
     count = rows.shape[0]
     pending = {len(plan.stages): (rows.abs().to(torch.float64).reshape(count, 1, *network.output_shape),)}
     k = len(plan.relu_positions)
@@ -74,6 +84,10 @@ def gradient_bounds(network: Network, rows: torch.Tensor, intermediate: Intermed
             g = g * (intermediate.upper[k] > 0).unsqueeze(1)
         elif isinstance(stage, AddStage):
             accumulate(pending, stage.sources[1], (g,))
+        elif isinstance(stage, OperatorStage):  # an affine general operator: |L|ᵀ g to each source
+            for source, part in zip(stage.sources, stage.backward_magnitude(g)):
+                accumulate(pending, source, (part,))
+            continue
         elif stage.abs_weight is not None:
             g = stage.backward_abs(g)
         else:
@@ -125,6 +139,7 @@ def input_sensitivities(network: Network) -> tuple[torch.Tensor, ...]:
     """
     plan = plan_for(network, torch.float64)
     plan.require_no_maxpool("input_sensitivities")
+    plan.require_relu_network("input_sensitivities")
     n = network.input_size
     values = [torch.eye(n, dtype=torch.float64).reshape(n, *network.input_shape)]  # one column per input
     per_layer = []
@@ -165,6 +180,7 @@ def affine_forms(network: Network, signs: Sequence[torch.Tensor]):
     """
     plan = plan_for(network, torch.float64)
     plan.require_no_maxpool("affine_forms")
+    plan.require_relu_network("affine_forms")
     n = network.input_size
     # (linear part with one row per input, offset) of every tensor
     values = [(torch.eye(n, dtype=torch.float64).reshape(n, *network.input_shape),

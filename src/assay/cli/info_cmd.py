@@ -16,7 +16,7 @@ def describe(network, model_path=None) -> dict:
     """The JSON form of ``assay info``: names, shapes, one row per layer, totals; for an ONNX
     file also its operators (``{op_type: count}``) and the network's layer kinds that the bound
     engine has no rule for yet."""
-    from assay.bounds.plan import BOUND_RULE_LAYERS
+    from assay.bounds.plan import has_bound_rule
 
     operators = None
     if model_path is not None and ".onnx" in Path(model_path).name.lower():
@@ -26,7 +26,7 @@ def describe(network, model_path=None) -> dict:
     return {
         "onnx_operators": operators,
         "layers_without_bound_rules": sorted({type(layer).__name__ for layer in network.layers
-                                              if not isinstance(layer, BOUND_RULE_LAYERS)}),
+                                              if not has_bound_rule(layer)}),
         "source": str(network.source),
         "input": {"name": network.input_name, "shape": list(network.input_shape)},
         "output": {"name": network.output_name, "shape": list(network.output_shape)},

@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import torch
 
+from assay.bounds import plan_for
 from assay.bounds.plan import require_bound_rules
 from assay.errors import OptionError
 from assay.nn.network import Network
@@ -82,7 +84,7 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
     require_bound_rules(network)  # before the attack: every answer rests on the bound engine
     # Inputs that the property fixes to one value cost input splitting nothing: count those that vary.
     varying = max((int((query.upper > query.lower).sum()) for query in queries), default=network.input_size)
-    strategy = options.strategy_for(varying)
+    strategy = options.strategy_for(varying, relu_splitting=not plan_for(network, torch.float64).has_nonlinear_operators)
     method, dtype, batch_size = options.method, options.dtype, options.batch_size
     rng = rng if rng is not None else np.random.default_rng(0)
     started = time.monotonic()

@@ -26,6 +26,7 @@ from assay.bounds import (
     LinearBounds,
     compute_bounds,
     gradient_bounds,
+    plan_for,
 )
 from assay.nn.network import Network
 from assay.verify.attack import confirm, pgd
@@ -81,6 +82,9 @@ class InputSplitting:
         self._root = root
         self._grids: dict = {}
         self._full_width = (query.upper - query.lower).clamp(min=1e-30)
+        # ReluVal's smear walks ReLU networks and affine general operators (the others have no
+        # gradient rule yet)
+        self._smear = not plan_for(network, torch.float64).has_nonlinear_operators
 
     def _volume(self, lower, upper):
         # Inputs the query fixes (zero width) are never split: they count as full width.
@@ -141,8 +145,12 @@ class InputSplitting:
         # |A| does not see (1_3 prop 1: 133 boxes against > 160,000 undecided).
         width = upper - lower
         # The payload has a row per box left open by `bound`; the search may split fewer of them.
-        rows = bounded.payload.rows[open_[~bounded.closed]]
-        score = gradient_bounds(self.network, self.query.C[rows], boxes.parents).inputs * width
+        chosen = open_[~bounded.closed]
+        if self._smear:
+            rows = bounded.payload.rows[chosen]
+            score = gradient_bounds(self.network, self.query.C[rows], boxes.parents).inputs * width
+        else:  # a general network has no gradient walk: the row's linear bound's sensitivity |A|·width
+            score = bounded.payload.row_A[chosen].abs() * width
         dim = score.argmax(1)
         arange = torch.arange(lower.shape[0])
         middle = (lower[arange, dim] + upper[arange, dim]) / 2

@@ -94,8 +94,15 @@ class VerifyOptions:
             total = 8 * 2**30
         return int(0.4 * total)
 
-    def strategy_for(self, input_size: int) -> str:
-        """The strategy used when ``input_size`` inputs vary over the box (resolves ``"auto"``)."""
+    def strategy_for(self, input_size: int, relu_splitting: bool = True) -> str:
+        """The strategy used when ``input_size`` inputs vary over the box (resolves ``"auto"``).
+
+        ``relu_splitting=False``: the network has non-linear operators other than ReLU, which
+        ReLU splitting cannot branch on: ``"auto"`` splits inputs whatever their number, and an
+        explicit ``"relu"`` is refused."""
+        if self.strategy == "relu" and not relu_splitting:
+            raise OptionError("strategy='relu' branches on ReLUs only; this network has other non-linear operators: "
+                              "use strategy='input' or 'auto'")
         if self.strategy != "auto":
             return self.strategy
-        return "input" if input_size <= INPUT_SPLIT_MAX_INPUTS else "relu"
+        return "input" if input_size <= INPUT_SPLIT_MAX_INPUTS or not relu_splitting else "relu"

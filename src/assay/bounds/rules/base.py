@@ -2,8 +2,10 @@
 
 A *bound rule* is one object per operator family that knows how bounds pass through that
 operator. The engine's walks (IBP forwards, CROWN backwards, α-CROWN's optimisation) call only
-the methods below and never name an operator; :mod:`assay.bounds.rules` maps layer classes to
-rules.
+two methods of every rule — ``forward_interval(layer, inputs)`` and ``backward(layer, A, inputs,
+alpha)`` (the :class:`MultiInputRule` contract) — and read ``linear`` (an affine operator: its
+inputs' bounds need no refinement) and ``parameters``; they never name an operator.
+:mod:`assay.bounds.rules` maps layer classes to rules.
 
 **Element-wise rules** (:class:`ElementwiseRule`: sigmoid, tanh, exp, sin, …) describe
 ``y = f(z)`` for ``z`` in ``[lower, upper]`` (tensors of shape ``(B, *shape)``) by
@@ -12,9 +14,10 @@ rules.
   interval;
 * :meth:`ElementwiseRule.relax` — a :class:`Relaxation`: per element,
   ``lower_slope·z + lower_intercept ≤ f(z) ≤ upper_slope·z + upper_intercept`` for every z in
-  the interval. ``alpha`` (optional, a pair of tensors in [0, 1] broadcastable to
-  ``(B, S, *shape)`` or ``(B, *shape)``) chooses the free parameters of each side (a tangent
-  point: ``t = lower + alpha · (upper − lower)``); α-CROWN tunes them. Any alpha is sound.
+  the interval. ``alpha`` (optional, a tuple of ``parameters`` tensors in [0, 1] that broadcast
+  against ``lower``) chooses the free parameters (e.g. a tangent point:
+  ``t = lower + alpha · (upper − lower)``); α-CROWN tunes them, calling ``relax`` with bounds of
+  shape ``(B, 1, *shape)`` and alphas of shape ``(B, S, *shape)``. Any alpha is sound.
 
 **Soundness (both methods).** The inequalities hold *exactly*, in real arithmetic, for the exact
 mathematical ``f`` and the coefficients as stored (floats), whatever the dtype: the rule charges
@@ -105,9 +108,23 @@ class ElementwiseRule:
     """
 
     parameters: ClassVar[int] = 0
+    linear: ClassVar[bool] = False
 
     def interval(self, layer, lower: torch.Tensor, upper: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
+
+    # the uniform interface the walks call (every rule has these two)
+    def forward_interval(self, layer, inputs) -> tuple[torch.Tensor, torch.Tensor]:
+        (lower, upper), = inputs
+        return self.interval(layer, lower, upper)
+
+    def backward(self, layer, A: torch.Tensor, inputs, alpha=None) -> Crossing:
+        (lower, upper), = inputs
+        if alpha is None:
+            return self.cross(self.relax(layer, lower, upper), A, lower, upper)
+        # α-CROWN's parameters are per row, (B, S, *shape): the bounds get the rows' axis
+        relaxation = self.relax(layer, lower.unsqueeze(1), upper.unsqueeze(1), alpha)
+        return self.cross(relaxation, A, lower, upper)
 
     def relax(self, layer, lower: torch.Tensor, upper: torch.Tensor, alpha=None) -> Relaxation:
         raise NotImplementedError
@@ -154,14 +171,18 @@ class MultiInputRule:
       ``coefficients[k]`` (B, S, *shape_k) and ``offset`` (B, S) satisfy, for every choice of
       inputs within their intervals, ``A · y ≥ Σ_k coefficients[k] · x_k + offset − rounding``
       exactly (the lower bound of ``A · y``; CROWN gets upper bounds from negated rows).
-      ``alpha`` as for :class:`ElementwiseRule` (a tuple of ``parameters`` tensors in [0, 1],
-      or None for the default choice).
+      ``alpha``: None for the default choice, or a tuple of ``parameters`` tensors in [0, 1] of
+      shape (B, S, *output shape) (α-CROWN's, one per row): any value must be sound.
     """
 
     parameters: ClassVar[int] = 0
+    linear: ClassVar[bool] = False
 
     def interval(self, layer, inputs) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
+
+    def forward_interval(self, layer, inputs) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.interval(layer, inputs)
 
     def backward(self, layer, A: torch.Tensor, inputs, alpha=None) -> Crossing:
         raise NotImplementedError

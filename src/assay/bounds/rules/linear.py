@@ -1,0 +1,211 @@
+"""Rules of the operators that are affine in their inputs: shape operators, reductions, constant
+scalings, constant matrix products, general convolutions, sums and differences of tensors.
+
+One rule serves them all, because an affine map ``y = L(x_1, …, x_k) + c`` needs only:
+
+* its forward pass (the layer's own ``forward``) for the interval's centre;
+* ``|L|`` (the map with absolute coefficients and no constant) for the interval's radius and for
+  the rounding charges: :meth:`LinearRule.absolute`;
+* its transpose for CROWN's backward step, which torch's vector-Jacobian product gives exactly
+  (the Jacobian of an affine map is ``L`` wherever it is taken): no hand-written transposes;
+* ``fan``: how many products one output (forward) or one coefficient (backward) sums, to price
+  rounding (Higham's γ_n, as for the dense layers).
+
+Soundness: the interval is ``f(c) ± |L| r`` widened by γ_{fan+4}·(|L|(|c| + r) + |c_out|); the
+backward coefficients ``P = Lᵀ A`` (computed) differ from the exact ones by at most
+γ_{fan+2}·|L|ᵀ|A| (the constants' cast into the working dtype included), charged as
+γ·|A|·(|L| m) with m the inputs' magnitudes; the offset ``A · c`` is a sum of n products.
+Operators that only move, copy or pad values (:attr:`LinearRule.moves_only`) round nothing
+forwards: their interval is ``(f(lower), f(upper))`` exactly; backwards they owe rounding only
+where copies' coefficients are summed (``fan`` > 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import ClassVar
+
+import torch
+from torch.func import vjp
+
+from assay.bounds.rules import register
+from assay.bounds.rules.base import Crossing, dot
+from assay.nn.ops import Affine, Binary, Concat, ConstMatMul, Conv, Gather, Neg, Pad, Reduce, Resize, Slice, Transpose
+
+__all__ = ["LinearRule"]
+
+
+def _gamma(terms: int, dtype: torch.dtype) -> float:
+    u = float(torch.finfo(dtype).eps) / 2
+    return 2.0 * terms * u / max(1.0 - terms * u, 0.5)
+
+
+class LinearRule:
+    """The rule of an operator affine in its inputs (see the module docstring)."""
+
+    linear: ClassVar[bool] = True
+    parameters: ClassVar[int] = 0
+    moves_only: ClassVar[bool] = False  # only moves, copies or pads values: exact in floats
+
+    # ------------------------------------------------------------------ what subclasses vary
+    def absolute(self, layer):
+        """A callable computing ``|L|(x_1, …)`` (absolute coefficients, no constant)."""
+        return layer.forward
+
+    def fan(self, layer, in_shapes, out_shape) -> int:
+        """The most products summed into one output or into one backward coefficient."""
+        return 1
+
+    # ------------------------------------------------------------------ the uniform interface
+    def forward_interval(self, layer, inputs):
+        lowers, uppers = [l for l, _ in inputs], [u for _, u in inputs]
+        if self.moves_only:
+            return layer.forward(*lowers), layer.forward(*uppers)
+        dtype = lowers[0].dtype
+        centers = [(l + u) / 2 for l, u in inputs]
+        u_round = float(torch.finfo(dtype).eps) / 2
+        radii = [(torch.maximum(u - c, c - l).clamp(min=0) * (1 + 4 * u_round)) for (l, u), c in zip(inputs, centers)]
+        absolute = self.absolute(layer)
+        out_center = layer.forward(*centers)
+        out_radius = absolute(*radii)
+        constant = self._constant(layer, lowers)
+        in_shapes = [tuple(t.shape[1:]) for t in lowers]
+        gamma = _gamma(self.fan(layer, in_shapes, tuple(out_center.shape[1:])) + 4, dtype)
+        scale = absolute(*[c.abs() + r for c, r in zip(centers, radii)]) + constant.abs()
+        margin = gamma * scale
+        return out_center - out_radius - margin, out_center + out_radius + margin
+
+    def backward(self, layer, A: torch.Tensor, inputs, alpha=None) -> Crossing:
+        batch, rows = A.shape[:2]
+        lowers = [l for l, _ in inputs]
+        zeros = [torch.zeros(batch * rows, *l.shape[1:], dtype=A.dtype) for l in lowers]
+        _, pull = vjp(layer.forward, *zeros)
+        pulled = pull(A.reshape(batch * rows, *A.shape[2:]))
+        coefficients = tuple(p.reshape(batch, rows, *p.shape[1:]) for p in pulled)
+        constant = self._constant(layer, lowers[:1] and [l[:1] for l in lowers])  # (1, *out)
+        offset = dot(A, constant) if bool((constant != 0).any()) else A.new_zeros(batch, rows)
+        with torch.no_grad():
+            rounding = A.new_zeros(batch, rows)
+            n = max(1, constant[0].numel())
+            if bool((constant != 0).any()):
+                rounding = rounding + _gamma(n + 2, A.dtype) * dot(A.detach().abs(), constant.abs())
+            in_shapes = [tuple(l.shape[1:]) for l in lowers]
+            fan = self.fan(layer, in_shapes, tuple(A.shape[2:]))
+            if not (self.moves_only and fan == 1):  # moving values backwards rounds nothing
+                big = torch.finfo(A.dtype).max
+                magnitudes = [torch.maximum(l.abs(), u.abs()).amax(0, keepdim=True).nan_to_num(nan=big, posinf=big)
+                              for l, u in inputs]
+                scaled = self.absolute(layer)(*magnitudes).nan_to_num(nan=big, posinf=big)
+                rounding = rounding + _gamma(fan + 2, A.dtype) * dot(A.detach().abs(), scaled)
+        return Crossing(coefficients, offset, rounding)
+
+    def backward_magnitude(self, layer, G: torch.Tensor, in_shapes) -> tuple[torch.Tensor, ...]:
+        """``|L|ᵀ G`` per input, for G (B, S, *out_shape) ≥ 0: how much a change of each input can
+        move the rows at most (the gradient walks of :mod:`assay.bounds.walks`). Not rounded outwards:
+        a branching score, never a bound."""
+        batch, rows = G.shape[:2]
+        zeros = [torch.zeros(batch * rows, *shape, dtype=G.dtype) for shape in in_shapes]
+        _, pull = vjp(self.absolute(layer), *zeros)
+        return tuple(p.reshape(batch, rows, *p.shape[1:]) for p in pull(G.reshape(batch * rows, *G.shape[2:])))
+
+    def _constant(self, layer, like: list[torch.Tensor]) -> torch.Tensor:
+        """``f(0, …, 0)`` (1, *out_shape): the constant part of the map."""
+        zeros = [torch.zeros(1, *t.shape[1:], dtype=t.dtype) for t in like]
+        return layer.forward(*zeros)
+
+
+@register(Slice, Transpose, Concat)
+class MoveRule(LinearRule):
+    """Slice, Transpose, Concat (with constant parts): every output is one input (or constant)."""
+
+    moves_only = True
+
+
+@register(Gather)
+class GatherRule(MoveRule):
+    """Gather with constant indices: backwards, an input picked k times sums k coefficients."""
+
+    def fan(self, layer, in_shapes, out_shape) -> int:
+        return max(1, layer.indices.numel())
+
+
+@register(Resize)
+class ResizeRule(MoveRule):
+    """Nearest upsampling: backwards, each input sums the coefficients of its copies."""
+
+    def fan(self, layer, in_shapes, out_shape) -> int:
+        return max(1, math.prod(layer.scales))
+
+
+@register(Pad)
+class PadRule(LinearRule):
+    """Constant padding: the pad value is the map's constant; ``|L|`` pads with zeros."""
+
+    moves_only = True
+
+    def absolute(self, layer):
+        return dataclasses.replace(layer, value=0.0).forward
+
+
+@register(Reduce)
+class ReduceRule(LinearRule):
+    """ReduceSum / ReduceMean: positive coefficients (1 or 1/n), no constant."""
+
+    def fan(self, layer, in_shapes, out_shape) -> int:
+        return max(1, math.prod(in_shapes[0]) // max(1, math.prod(out_shape))) + 1
+
+
+@register(Neg)
+class NegRule(LinearRule):
+    """``−x``: exact in floats; ``|L|`` is the identity."""
+
+    def absolute(self, layer):
+        return lambda x: x
+
+
+@register(Binary, when=lambda layer: layer.kind in ("Add", "Sub"))
+class SumRule(LinearRule):
+    """``a ± b`` of two tensors with broadcasting: ``|L|`` is the sum; one rounding per output, and
+    backwards a broadcast input's coefficients are summed over the broadcast dimensions."""
+
+    def absolute(self, layer):
+        return dataclasses.replace(layer, kind="Add").forward
+
+    def fan(self, layer, in_shapes, out_shape) -> int:
+        return 2 + max(math.prod(out_shape) // max(1, math.prod(s)) for s in in_shapes)
+
+
+@register(Affine)
+class AffineRule(LinearRule):
+    """``x · scale + shift`` with broadcast constants."""
+
+    def absolute(self, layer):
+        return dataclasses.replace(layer, scale=layer.scale.abs(), shift=torch.zeros(())).forward
+
+    def fan(self, layer, in_shapes, out_shape) -> int:
+        return 2 + math.prod(out_shape) // max(1, math.prod(in_shapes[0]))
+
+
+@register(ConstMatMul)
+class ConstMatMulRule(LinearRule):
+    """``x @ M`` or ``M @ x`` with a constant ``M``."""
+
+    def absolute(self, layer):
+        return dataclasses.replace(layer, matrix=layer.matrix.abs()).forward
+
+    def fan(self, layer, in_shapes, out_shape) -> int:
+        return max(layer.matrix.shape) + 2
+
+
+@register(Conv)
+class ConvRule(LinearRule):
+    """N-d convolutions and transposed convolutions with constant kernels."""
+
+    def absolute(self, layer):
+        return dataclasses.replace(layer, weight=layer.weight.abs(), bias=torch.zeros_like(layer.bias)).forward
+
+    def fan(self, layer, in_shapes, out_shape) -> int:
+        weight = layer.weight
+        kernel = math.prod(weight.shape[2:])
+        return max(weight.shape[0], weight.shape[1]) * kernel * max(1, layer.groups) + 2
