@@ -93,7 +93,7 @@ def optimize_bounds(
     for position in plan.parametrised_operators:
         if position < target:
             stage = plan.stages[position]
-            for k in range(stage.rule.parameters):
+            for k in range(stage.rule.alpha_tensors()):
                 alphas[("operator", position, k)] = torch.full((batch, rows, *stage.out_shape), 0.5, dtype=C.dtype,
                                                                requires_grad=True)
     betas: dict[int, torch.Tensor] = {}

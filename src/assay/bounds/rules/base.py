@@ -14,8 +14,8 @@ inputs' bounds need no refinement) and ``parameters``; they never name an operat
   interval;
 * :meth:`ElementwiseRule.relax` — a :class:`Relaxation`: per element,
   ``lower_slope·z + lower_intercept ≤ f(z) ≤ upper_slope·z + upper_intercept`` for every z in
-  the interval. ``alpha`` (optional, a tuple of ``parameters`` tensors in [0, 1] that broadcast
-  against ``lower``) chooses the free parameters (e.g. a tangent point:
+  the interval. ``alpha`` (optional, a pair of tensors in [0, 1] — the lower side's and the upper
+  side's — that broadcast against ``lower``) chooses the free parameters (e.g. a tangent point:
   ``t = lower + alpha · (upper − lower)``); α-CROWN tunes them, calling ``relax`` with bounds of
   shape ``(B, 1, *shape)`` and alphas of shape ``(B, S, *shape)``. Any alpha is sound.
 
@@ -113,6 +113,11 @@ class ElementwiseRule:
     def interval(self, layer, lower: torch.Tensor, upper: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
 
+    def alpha_tensors(self) -> int:
+        """How many tensors α-CROWN passes as ``alpha``: a pair (lower side's, upper side's)
+        when the relaxation has free parameters."""
+        return 2 if self.parameters else 0
+
     # the uniform interface the walks call (every rule has these two)
     def forward_interval(self, layer, inputs) -> tuple[torch.Tensor, torch.Tensor]:
         (lower, upper), = inputs
@@ -183,6 +188,10 @@ class MultiInputRule:
 
     def forward_interval(self, layer, inputs) -> tuple[torch.Tensor, torch.Tensor]:
         return self.interval(layer, inputs)
+
+    def alpha_tensors(self) -> int:
+        """How many tensors α-CROWN passes as ``alpha``: ``parameters``."""
+        return self.parameters
 
     def backward(self, layer, A: torch.Tensor, inputs, alpha=None) -> Crossing:
         raise NotImplementedError

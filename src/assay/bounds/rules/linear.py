@@ -57,6 +57,9 @@ class LinearRule:
         """The most products summed into one output or into one backward coefficient."""
         return 1
 
+    def alpha_tensors(self) -> int:
+        return 0
+
     # ------------------------------------------------------------------ the uniform interface
     def forward_interval(self, layer, inputs):
         lowers, uppers = [l for l, _ in inputs], [u for _, u in inputs]
