@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from assay.bounds import AlphaCrownOptions, compute_bounds
 from assay.bounds.rules import rule_for
-from assay.nn import Flatten, Linear, Network, ReLU
+from assay.nn import Flatten, Linear, Network, ReLU, Reshape
 from assay.nn import ops
 
 from .strategies import forward_batched, sample_box
@@ -46,6 +46,8 @@ NONLINEAR = {
     "sign": [ops.Sign()],
     "leaky_relu": [ops.LeakyRelu(0.1)],
     "clip": [ops.Clip(-0.3, 0.4)],
+    "softmax": [ops.Softmax(0)],
+    "max_constant": [ops.MinMax("Max", torch.tensor(0.2))],
 }
 AVAILABLE = [name for name, chain in NONLINEAR.items()
              if all(isinstance(layer, ReLU) or rule_for(layer) is not None for layer in chain)]
@@ -110,14 +112,42 @@ def conv_graph(rng, chain) -> Network:
 
 TEMPLATES = {"shapes": shapes_graph, "branches": branches_graph, "conv": conv_graph}
 
+# Operators of two tensors: (name, layers applied to b first, the operator, reshape both to this first).
+PAIRS = {
+    "mul": ([], ops.Binary("Mul"), None),
+    "div": (_POSITIVE, ops.Binary("Div"), None),
+    "max": ([], ops.MinMax("Max"), None),
+    "min": ([], ops.MinMax("Min"), None),
+    "matmul": ([], ops.MatMul(), (2, 2)),
+}
+PAIRS_AVAILABLE = [name for name, (prepare, layer, _) in PAIRS.items()
+                   if rule_for(layer) is not None and all(rule_for(p) is not None for p in prepare)]
 
-@pytest.mark.parametrize("nonlinear", AVAILABLE)
+
+def pairs_graph(rng, name) -> Network:
+    """(6,) → Linear → two Slices a, b (b prepared, e.g. made positive) → a ∘ b → Flatten → Linear."""
+    prepare, operator, shape = PAIRS[name]
+    layers, sources = [], []
+    t = _chain(layers, sources, 0, [Linear(_t(rng, 8, 6, scale=0.8), _t(rng, 8, scale=0.5))])
+    a = _chain(layers, sources, t, [ops.Slice((0,), (0,), (4,), (1,))] + ([Reshape(shape)] if shape else []))
+    b = _chain(layers, sources, t, [ops.Slice((0,), (4,), (8,), (1,))] + prepare + ([Reshape(shape)] if shape else []))
+    layers.append(operator)
+    sources.append((a, b))
+    t = _chain(layers, sources, len(layers), [Flatten()])
+    _chain(layers, sources, t, [Linear(_t(rng, 3, 4, scale=0.6), _t(rng, 3, scale=0.2))])
+    return Network(tuple(layers), (6,), sources=tuple(sources))
+
+
+@pytest.mark.parametrize("nonlinear", AVAILABLE + [f"pair:{name}" for name in PAIRS_AVAILABLE])
 @given(template=st.sampled_from(sorted(TEMPLATES)), seed=st.integers(0, 2**32 - 1),
        width=st.sampled_from([1e-3, 0.3, 2.0]))
 @FAST
 def test_every_method_contains_every_sample(template, nonlinear, seed, width):
     rng = np.random.default_rng(seed)
-    network = TEMPLATES[template](rng, NONLINEAR[nonlinear])
+    if nonlinear.startswith("pair:"):
+        network = pairs_graph(rng, nonlinear[5:])
+    else:
+        network = TEMPLATES[template](rng, NONLINEAR[nonlinear])
     shape = (2, *network.input_shape)
     center = torch.as_tensor(rng.uniform(-1, 1, size=shape))
     radius = torch.as_tensor(rng.uniform(0, width / 2, size=shape))
