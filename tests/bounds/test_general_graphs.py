@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 
 from assay.bounds import AlphaCrownOptions, compute_bounds
 from assay.bounds.rules import rule_for
-from assay.nn import Flatten, Linear, Network, ReLU, Reshape
-from assay.nn import ops
+from assay.nn import Flatten, Linear, Network, ReLU, Reshape, ops
 
 from .strategies import forward_batched, sample_box
 
