@@ -28,6 +28,11 @@ _ALPHA_CHUNK_ELEMENTS = 1 << 23
 # cost grows with their number times the earlier layers' size (a lowered MaxPool's layers of
 # thousands of unstable neurons would take minutes for little gain).
 _ALPHA_MAX_UNSTABLE = 2048
+# A tensor read by a non-linear general operator gets CROWN bounds element by element (one row
+# each) only up to this many elements per domain; a larger one (a generator's image, a
+# transformer's activations) keeps its interval bounds, which cost one pass instead of one
+# backward walk per element.
+_OPERATOR_REFINE_MAX = 2048
 # Intermediate CROWN groups domains by their number of unstable neurons: about this many groups,
 # each of at least _MIN_GROUP domains.
 _GROUPS = 16
@@ -301,6 +306,8 @@ def _crown_tensor_bounds(plan: Plan, tensor: int, bounds, deltas, center, radius
     """CROWN bounds of every element of ``tensor`` (one that a non-linear general operator reads:
     its relaxation depends on the whole interval, not only on a sign), never looser than before."""
     lower, upper = bounds[tensor]
+    if lower[0].numel() > _OPERATOR_REFINE_MAX:  # see _OPERATOR_REFINE_MAX: the intervals stay (sound)
+        return lower, upper
     input_elements = max(1, center[0].numel())
     chunk = max(1, _ROW_CHUNK_ELEMENTS // (2 * lower.shape[0] * input_elements))
     scales = rounding_scales(plan, tensor, bounds)
