@@ -170,3 +170,19 @@ def test_pow_interval(p, bounds, expected):
 def test_constant_and_identity_powers_are_exact():
     assert _relax(Pow(0), -2.0, 3.0) == (0.0, 1.0, 0.0, 1.0)
     assert _relax(Pow(1), -2.0, 3.0) == (1.0, 0.0, 1.0, 0.0)
+
+
+@pytest.mark.parametrize("layer", [Exp(), Log(), Pow(3), Pow(-1), Sqrt()], ids=repr)
+def test_alpha_with_a_spec_dimension(layer):
+    """α-CROWN's alphas (B, S, *shape) give relaxations of that shape, with gradients to the alphas."""
+    torch.manual_seed(0)
+    lower = torch.tensor([[0.5, 2.0, 0.1], [1.0, 3.0, 0.2]], dtype=torch.float64)
+    upper = lower + torch.tensor([[1.0, 4.0, 2.0], [0.5, 90.0, 1.0]], dtype=torch.float64)
+    alphas = tuple(torch.rand(2, 4, 3, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    r = rule_for(layer).relax(layer, lower, upper, alphas)
+    assert r.lower_slope.shape == (2, 4, 3) and r.upper_intercept.shape == (2, 4, 3)
+    total = sum(torch.where(torch.isfinite(x), x, torch.zeros_like(x)).sum()
+                for x in (r.lower_slope, r.lower_intercept, r.upper_slope, r.upper_intercept))
+    total.backward()
+    assert all(torch.isfinite(a.grad).all() for a in alphas)
+    assert any(a.grad.abs().sum() > 0 for a in alphas)

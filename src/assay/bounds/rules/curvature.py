@@ -224,6 +224,8 @@ def relax_s_curve(curve: Curve, inflection, lower, upper, alpha, interval, *, co
     end of ``interval = (lo, hi)`` where its line overflowed."""
     lo, hi = interval
     lower, upper, a_low, a_up = split_alpha(lower, upper, alpha)
+    if isinstance(inflection, torch.Tensor) and inflection.dim() < lower.dim():  # per element, (B, *shape)
+        inflection = inflection.unsqueeze(1)
     if concave_first:  # f(z) = g(−z) with g convex then concave at −inflection: mirror the slopes
         g = curve.reflected()
         c = -torch.as_tensor(inflection, dtype=lower.dtype, device=lower.device)
