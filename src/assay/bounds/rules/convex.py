@@ -32,7 +32,7 @@ import torch
 
 from assay.bounds.rules import register
 from assay.bounds.rules.base import LIBM_ULPS, ElementwiseRule, Relaxation
-from assay.bounds.rules.curvature import Curve, monotone_interval, relax_s_curve, unbounded_where
+from assay.bounds.rules.curvature import Curve, constant_where, monotone_interval, relax_s_curve
 from assay.nn.ops.activation import Exp, Log, Pow, Reciprocal, Sqrt
 
 __all__ = ["ExpRule", "LogRule", "PowerRule", "power_curve"]
@@ -97,7 +97,7 @@ class LogRule(ElementwiseRule):
         outside = lower < 0
         low, up = _substitute(outside, lower, upper)
         relaxation = relax_s_curve(LOG, -math.inf, low, up, alpha, self.interval(layer, low, up))
-        return unbounded_where(outside, relaxation)
+        return constant_where(outside, relaxation)
 
 
 def power_curve(exponent: float, value=None) -> Curve:
@@ -182,16 +182,9 @@ class PowerRule(ElementwiseRule):
                 concave = not integral and 0 < p < 1
                 inflection = -math.inf if concave else math.inf
             relaxation = relax_s_curve(curve, inflection, low, up, alpha, interval)
-        relaxation = unbounded_where(outside, relaxation)
-        if bool(pole.any()):  # the constant lower side, no upper side
-            lo = interval[0] if interval[0].dim() == relaxation.lower_slope.dim() else interval[0].unsqueeze(1)
-            mask = pole if pole.dim() == relaxation.lower_slope.dim() else pole.unsqueeze(1)
-            relaxation = Relaxation(torch.where(mask, torch.zeros_like(relaxation.lower_slope), relaxation.lower_slope),
-                                    torch.where(mask, lo.expand_as(relaxation.lower_intercept), relaxation.lower_intercept),
-                                    torch.where(mask, torch.zeros_like(relaxation.upper_slope), relaxation.upper_slope),
-                                    torch.where(mask, torch.full_like(relaxation.upper_intercept, math.inf),
-                                                relaxation.upper_intercept))
-        return relaxation
+        relaxation = constant_where(outside, relaxation)
+        # an even negative power across its pole: the constant lower side, no upper side
+        return constant_where(pole, relaxation, interval[0], math.inf)
 
 
 @register(Pow)

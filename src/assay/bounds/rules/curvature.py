@@ -45,7 +45,7 @@ from assay.bounds.rules.base import LIBM_ULPS, Relaxation, ulp_margin, widen
 from assay.bounds.rules.shapes import chord_slope
 
 __all__ = ["Curve", "clear_point", "clear_concave", "upper_line", "lower_line", "relax_s_curve",
-           "monotone_interval", "split_alpha", "unbounded_where"]
+           "monotone_interval", "split_alpha", "constant_where"]
 
 
 def _search_steps(dtype: torch.dtype) -> int:
@@ -259,11 +259,17 @@ def monotone_interval(value: Callable, lower: torch.Tensor, upper: torch.Tensor,
     return widen(lo, hi, ulps)
 
 
-def unbounded_where(mask: torch.Tensor, relaxation: Relaxation) -> Relaxation:
-    """``relaxation`` with both sides unbounded (slope 0, intercepts ∓∞) where ``mask``."""
+def constant_where(mask: torch.Tensor, relaxation: Relaxation, low=-math.inf, high=math.inf) -> Relaxation:
+    """``relaxation`` with constant sides (slope 0, intercepts ``low`` and ``high``: floats or
+    ``(B, *shape)`` tensors; ∓∞ by default, i.e. unbounded) where ``mask`` (``(B, *shape)``)."""
+
     def pick(value, fill):
         m = mask if mask.dim() == value.dim() else mask.unsqueeze(1)
-        return torch.where(m, torch.full_like(value, fill), value)
+        if isinstance(fill, torch.Tensor):
+            fill = (fill if fill.dim() == value.dim() else fill.unsqueeze(1)).expand_as(value)
+        else:
+            fill = torch.full_like(value, fill)
+        return torch.where(m, fill, value)
 
-    return Relaxation(pick(relaxation.lower_slope, 0.0), pick(relaxation.lower_intercept, -math.inf),
-                      pick(relaxation.upper_slope, 0.0), pick(relaxation.upper_intercept, math.inf))
+    return Relaxation(pick(relaxation.lower_slope, 0.0), pick(relaxation.lower_intercept, low),
+                      pick(relaxation.upper_slope, 0.0), pick(relaxation.upper_intercept, high))
