@@ -79,7 +79,8 @@ def check_elementwise(rule, layer, exact: Callable, intervals: Sequence[tuple[fl
             for alpha, r in relaxations:
                 for name in ("lower_slope", "upper_slope"):
                     value = getattr(r, name).expand_as(lower)[0, k]
-                    assert torch.isfinite(value), f"{type(layer).__name__} {name} is {value} on [{l}, {u}] ({dtype})"
+                    assert torch.isfinite(value), (f"{type(layer).__name__} {name} (alpha={alpha}) is {value} on "
+                                                   f"[{l}, {u}] ({dtype})")
             for z in sample_points(l, u, dtype, rng, count):
                 y = exact(_mp(z))
                 if y is None:
