@@ -84,7 +84,9 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
     require_bound_rules(network)  # before the attack: every answer rests on the bound engine
     # Inputs that the property fixes to one value cost input splitting nothing: count those that vary.
     varying = max((int((query.upper > query.lower).sum()) for query in queries), default=network.input_size)
-    strategy = options.strategy_for(varying, relu_splitting=not plan_for(network, torch.float64).has_nonlinear_operators)
+    plan = plan_for(network, torch.float64)
+    general = plan.is_general
+    strategy = options.strategy_for(varying, relu_splitting=not plan.has_nonlinear_operators)
     method, dtype, batch_size = options.method, options.dtype, options.batch_size
     rng = rng if rng is not None else np.random.default_rng(0)
     started = time.monotonic()
@@ -102,11 +104,18 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
 
     if strategy == "input":
         # Sound bounds on the whole box settle easy queries at a fraction of the attack's cost;
-        # the others start branching from these bounds.
+        # the others start branching from these bounds. On a network with general operators
+        # (a generator, a transformer) the root's bounds can cost minutes: PGD from the centre
+        # goes first, as for ReLU splitting.
         open_queries = []
         for query in queries:
             if deadline.passed():
                 return finish(VerificationStatus.TIMEOUT)
+            if general and options.attack_restarts:
+                stats.attacks += 1
+                found = from_center(network, query, deadline=deadline)
+                if found is not None:
+                    return finish(VerificationStatus.VIOLATED, found, query.index)
             root = bound_root(network, query, method=method, dtype=dtype, stats=stats, deadline=deadline)
             if not root.refuted:
                 open_queries.append((query, root))
