@@ -55,6 +55,7 @@ import torch
 
 from assay.bounds.ibp import cast_outward
 from assay.bounds.rules import register
+from assay.bounds.rules.alphas import split_alpha
 from assay.bounds.rules.base import ElementwiseRule, Relaxation, ulp_margin
 from assay.nn.ops.activation import Abs, Clip, LeakyRelu, Sign
 
@@ -195,18 +196,18 @@ class _PiecewiseRule(ElementwiseRule):
 
     def relax(self, layer, lower, upper, alpha=None):
         dtype = lower.dtype
-        if alpha is not None and max(a.dim() for a in alpha) > lower.dim():  # per-row slopes
-            lower, upper = lower.unsqueeze(1), upper.unsqueeze(1)
+        alpha_lower, alpha_upper, lower, upper = split_alpha(alpha, lower, upper)
         pieces = self.pieces(layer)
         l, u = lower.to(_WORK), upper.to(_WORK)
         lower_slope, upper_slope = _area_slopes(pieces, l, u)
-        if alpha is not None:
-            for side, (lo, hi, free) in enumerate(self.free_slopes(layer, l, u)):
-                chosen = lo + alpha[side].to(_WORK).clamp(0.0, 1.0) * (hi - lo)
-                if side == 0:
-                    lower_slope = torch.where(free, chosen, lower_slope)
-                else:
-                    upper_slope = torch.where(free, chosen, upper_slope)
+        if alpha_lower is not None or alpha_upper is not None:
+            (lo_l, hi_l, free_l), (lo_u, hi_u, free_u) = self.free_slopes(layer, l, u)
+            if alpha_lower is not None:
+                chosen = lo_l + alpha_lower.to(_WORK).clamp(0.0, 1.0) * (hi_l - lo_l)
+                lower_slope = torch.where(free_l, chosen, lower_slope)
+            if alpha_upper is not None:
+                chosen = lo_u + alpha_upper.to(_WORK).clamp(0.0, 1.0) * (hi_u - lo_u)
+                upper_slope = torch.where(free_u, chosen, upper_slope)
         lower_slope = lower_slope.clamp(-_MAX_SLOPE, _MAX_SLOPE).to(dtype)
         upper_slope = upper_slope.clamp(-_MAX_SLOPE, _MAX_SLOPE).to(dtype)
         lower_icpt, _ = _offset_range(pieces, l, u, lower_slope.to(_WORK))

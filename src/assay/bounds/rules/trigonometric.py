@@ -41,6 +41,7 @@ import torch
 
 from assay.bounds.ibp import cast_outward
 from assay.bounds.rules import register
+from assay.bounds.rules.alphas import split_alpha
 from assay.bounds.rules.base import LIBM_ULPS, ElementwiseRule, Relaxation, ulp_margin
 from assay.nn.ops.activation import Cos, Sin
 
@@ -149,39 +150,61 @@ class _Periodic(ElementwiseRule):
     @torch.no_grad()
     def _area_slope(self, l, u, upper_side: bool):
         """The slope whose touching line (above f if ``upper_side``, else below) has the least
-        mean over ``[l, u]``: bisection on the sign of ``m − (touching point)``."""
+        mean over ``[l, u]``: its mean ``s·m + max g`` is convex in ``s`` with subgradient
+        ``m − (touching point)``, so bisect on the side of ``m`` the line touches. (A choice, not
+        a bound: the touching point is found without margins, and the first critical point at
+        or after ``l`` on each branch is the only one an interval narrower than 2π can hold.)"""
         d_low, d_high = self._range64(l + math.pi / 2, u + math.pi / 2, torch.zeros_like(l, dtype=torch.bool))
         a, b = d_low.clamp(-1.0, 1.0), d_high.clamp(-1.0, 1.0)
         middle = (l + u) / 2
+        sign = 1.0 if upper_side else -1.0  # the lower line touches where −g is largest
+        f_l, f_u = sign * self._f(l), sign * self._f(u)
         for _ in range(_BISECTION_STEPS):
             s = (a + b) / 2
-            _, _, argmin, argmax = self._offset_range(l, u, s)
-            touch = argmax if upper_side else argmin
+            best, touch = f_l - sign * s * l, l.clone()
+            at_u = f_u - sign * s * u
+            touch = torch.where(at_u > best, u, touch)
+            best = torch.maximum(at_u, best)
+            for base in self._branches(s):
+                c = base + (torch.floor((l - base) / _TWO_PI) + 1.0) * _TWO_PI
+                at_c = sign * (self._f(c) - s * c)
+                better = (c <= u) & (at_c > best)
+                touch = torch.where(better, c, touch)
+                best = torch.where(better, at_c, best)
             steeper = touch > middle if upper_side else touch < middle
             a = torch.where(steeper, s, a)
             b = torch.where(steeper, b, s)
         return (a + b) / 2
 
-    def _side_slope(self, l, u, chord_side, alpha, upper_side: bool):
-        if alpha is None:
-            free = self._area_slope(l, u, upper_side)
+    def _side_slope(self, l, u, low, high, alpha, upper_side: bool):
+        """The slope of the upper (lower) line: the chord where ``f`` is convex (concave) on the
+        whole interval; elsewhere ``f'`` at the tangent point ``l + α·(u − l)``, or by default
+        the least-mean slope (on a single piece: the tangent at the midpoint)."""
+        # f'' = −f: convex where f ≤ 0, concave where f ≥ 0
+        chord_side = high <= 0 if upper_side else low >= 0
+        if alpha is not None:
+            free = self._df(l + alpha.to(_WORK).clamp(0.0, 1.0) * (u - l)).clamp(-1.0, 1.0)
         else:
-            t = l + alpha.to(_WORK).clamp(0.0, 1.0) * (u - l)
-            free = self._df(t).clamp(-1.0, 1.0)
+            tangent_side = low >= 0 if upper_side else high <= 0
+            free = self._df((l + u) / 2).clamp(-1.0, 1.0)
+            across = ~(chord_side | tangent_side)
+            if bool(across.any()):  # the bisection runs only on the intervals across pieces
+                with torch.no_grad():
+                    area = torch.zeros_like(free)
+                    area[across] = self._area_slope(l.detach()[across], u.detach()[across], upper_side)
+                free = torch.where(across, area, free)
         return torch.where(chord_side, self._chord(l, u), free)
 
     def relax(self, layer, lower, upper, alpha=None):
         dtype = lower.dtype
-        if alpha is not None and max(a.dim() for a in alpha) > lower.dim():  # per-row slopes
-            lower, upper = lower.unsqueeze(1), upper.unsqueeze(1)
+        a_low, a_high, lower, upper = split_alpha(alpha, lower, upper)
         l, u, wide = self._prepare(lower, upper)
         low, high = self._range64(l, u, wide)
-        a_low, a_high = (None, None) if alpha is None else alpha
-        if a_low is not None:
-            l, u, wide, low, high = torch.broadcast_tensors(l, u, wide, low, high, a_low, a_high)[:5]
-        # f'' = −f: convex where f ≤ 0 (the upper line is the chord), concave where f ≥ 0
-        upper_slope = self._side_slope(l, u, high <= 0, a_high, upper_side=True).to(dtype)
-        lower_slope = self._side_slope(l, u, low >= 0, a_low, upper_side=False).to(dtype)
+        given = [a for a in (a_low, a_high) if a is not None]
+        if given:
+            l, u, wide, low, high = torch.broadcast_tensors(l, u, wide, low, high, *given)[:5]
+        upper_slope = self._side_slope(l, u, low, high, a_high, upper_side=True).to(dtype)
+        lower_slope = self._side_slope(l, u, low, high, a_low, upper_side=False).to(dtype)
         _, upper_icpt, _, _ = self._offset_range(l, u, upper_slope.to(_WORK))
         lower_icpt, _, _, _ = self._offset_range(l, u, lower_slope.to(_WORK))
         lower_icpt, upper_icpt = cast_outward(lower_icpt, upper_icpt, dtype)
@@ -192,8 +215,9 @@ class _Periodic(ElementwiseRule):
         middle = (l + u) / 2
         flat_low, flat_high = cast_outward(low, high, dtype)
         worse_high, worse_low = wide, wide
-        if alpha is None:
+        if a_high is None:
             worse_high = wide | (upper_slope.to(_WORK) * middle + upper_icpt.to(_WORK) > high)
+        if a_low is None:
             worse_low = wide | (lower_slope.to(_WORK) * middle + lower_icpt.to(_WORK) < low)
         zero = torch.zeros_like(upper_slope)
         return Relaxation(
