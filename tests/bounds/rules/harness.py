@@ -117,3 +117,20 @@ def straddling_intervals(points: Sequence[float], widths: Sequence[float] = (1e-
         for w in widths:
             out += [(p - w, p + w), (p - w, p + w / 7), (p - w / 7, p + w)]
     return out
+
+
+def check_alpha_sides(rule, layer, lower: torch.Tensor, upper: torch.Tensor, value: float = 0.2) -> None:
+    """``alpha`` given for one side moves only that side (the other keeps its default), and a NaN
+    alpha reads as 0.5 (a diverged optimisation must not make the lines NaN)."""
+    alpha = torch.full_like(lower, value)
+    default, both = rule.relax(layer, lower, upper), rule.relax(layer, lower, upper, (alpha, alpha))
+    for side, pair in (("lower", (alpha, None)), ("upper", (None, alpha))):
+        other = "upper" if side == "lower" else "lower"
+        one = rule.relax(layer, lower, upper, pair)
+        for part in ("slope", "intercept"):
+            assert torch.equal(getattr(one, f"{side}_{part}"), getattr(both, f"{side}_{part}")), (side, part)
+            assert torch.equal(getattr(one, f"{other}_{part}"), getattr(default, f"{other}_{part}")), (other, part)
+    nan = rule.relax(layer, lower, upper, (torch.full_like(lower, math.nan),) * 2)
+    middle = rule.relax(layer, lower, upper, (torch.full_like(lower, 0.5),) * 2)
+    for name in ("lower_slope", "lower_intercept", "upper_slope", "upper_intercept"):
+        assert torch.equal(getattr(nan, name), getattr(middle, name)), name

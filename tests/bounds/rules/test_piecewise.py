@@ -13,7 +13,7 @@ import torch
 from assay.bounds.rules import rule_for
 from assay.bounds.rules.piecewise import AbsRule, ClipRule, LeakyReluRule, SignRule
 from assay.nn.ops.activation import Abs, Clip, LeakyRelu, Sign
-from tests.bounds.rules.harness import check_elementwise, straddling_intervals, tiny_intervals
+from tests.bounds.rules.harness import check_alpha_sides, check_elementwise, straddling_intervals, tiny_intervals
 
 
 def _leaky(alpha):
@@ -172,3 +172,11 @@ def test_alpha_per_row_and_its_gradient():
     assert relaxation.lower_slope.shape == (1, 3, 2)
     (relaxation.lower_slope * 2.0 + relaxation.lower_intercept).sum().backward()
     assert alpha.grad.tolist() == [[[4.0, 4.0]] * 3]
+
+
+
+@pytest.mark.parametrize(("layer", "exact", "kinks"), CASES)
+def test_alpha_for_one_side_only_and_nan_alpha(layer, exact, kinks):
+    lower = torch.tensor([[kinks[0] - 1.0, kinks[0] - 0.5, kinks[-1] - 0.5]], dtype=torch.float64)
+    upper = torch.tensor([[kinks[-1] + 2.0, kinks[0] + 0.5, kinks[-1] + 0.5]], dtype=torch.float64)
+    check_alpha_sides(rule_for(layer), layer, lower, upper)

@@ -13,7 +13,7 @@ import torch
 from assay.bounds.rules import rule_for
 from assay.bounds.rules.trigonometric import CosRule, SinRule
 from assay.nn.ops.activation import Cos, Sin
-from tests.bounds.rules.harness import check_elementwise, straddling_intervals, tiny_intervals
+from tests.bounds.rules.harness import check_alpha_sides, check_elementwise, straddling_intervals, tiny_intervals
 
 LAYERS = [pytest.param(Sin(), mpmath.sin, id="sin"), pytest.param(Cos(), mpmath.cos, id="cos")]
 HALF_PI = math.pi / 2
@@ -134,3 +134,10 @@ def test_alpha_per_row_and_its_gradient():
     assert relaxation.upper_slope.shape == (1, 3, 2) and relaxation.lower_intercept.shape == (1, 3, 2)
     (relaxation.upper_slope + relaxation.upper_intercept).sum().backward()
     assert torch.isfinite(alpha.grad).all() and alpha.grad.abs().sum() > 0
+
+
+
+@pytest.mark.parametrize(("layer", "exact"), LAYERS)
+def test_alpha_for_one_side_only_and_nan_alpha(layer, exact):
+    check_alpha_sides(rule_for(layer), layer, torch.tensor([[-1.0, 0.2, 2.0]], dtype=torch.float64),
+                      torch.tensor([[2.0, 1.2, 4.5]], dtype=torch.float64))
