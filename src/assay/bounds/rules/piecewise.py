@@ -29,15 +29,16 @@ LeakyRelu (a≤1)   slope in [a, 1] through (0, 0)              chord
 LeakyRelu (a>1)   chord                                       slope in [1, a] through (0, 0)
 Clip, across lo   slope in [0, 1] through the corner          chord (or free, if across hi too)
 Clip, across hi   chord (or free, if across lo too)           slope in [0, 1] through the corner
-Sign, l ≤ 0 < u   slope in [0, (1 − f(0⁻))/u], through        —
-                  (0, −1) (or (0, 0) if l = 0)
-Sign, l < 0 ≤ u   —                                           slope in [0, (f(0⁺) + 1)/−l], through
-                                                              (0, 1) (or (0, 0) if u = 0)
+Sign, l < 0 < u   slope in [0, 2/u] through (0, −1)           slope in [0, 2/−l] through (0, 1)
+Sign, l = 0 < u   slope in [0, 1/u] through (0, 0)            constant 1
+Sign, l < 0 = u   constant −1                                 slope in [0, 1/−l] through (0, 0)
 ================  =========================================  ===========================================
 
-(For ``Sign`` across 0: the lower line ``−1 + 2z/u`` is ≤ −1 for z < 0, ≤ 0 at 0 and ≤ 1 on
-(0, u] since ``2z/u ≤ 2``; the engine finds this intercept by itself, the table only bounds α's
-range.)
+Why the ``Sign`` lines hold (``sign(0) = 0``): across 0, ``−1 + s·z`` with ``0 ≤ s ≤ 2/u`` is
+< −1 for z < 0, = −1 ≤ 0 at 0 and ≤ −1 + 2 = 1 on (0, u]; ``1 + s·z`` with ``0 ≤ s ≤ 2/−l``
+mirrors it. With ``l = 0``, ``s·z`` with ``s ≤ 1/u`` is 0 at 0 and ≤ 1 on (0, u]. The slope's
+end is the line that also touches the far end (``(u, 1)`` or ``(l, −1)``); the engine finds each
+intercept by itself, the table only bounds α's range.
 
 **Floating point.** Computed in float64 (float32 inputs convert exactly), each value
 ``(k − s)·x + c`` charged 8 ulps of its terms unless ``k = s`` exactly (then it is ``c`` itself,
@@ -114,19 +115,21 @@ def _power_of_two_or_zero(d: torch.Tensor) -> torch.Tensor:
 def _offset_range(pieces, l, u, slope):
     """Sound ``(min, max)`` of ``f(z) − slope·z`` over ``[l, u]`` (float64 tensors; the sup/inf
     where an open end is approached). A value computed without rounding — the piece's own slope
-    (``c``), ``x = 0``, or a power-of-two difference of slopes and no intercept — is charged
-    nothing, so linear stretches and lines through a kink at 0 stay exact."""
+    (``c``), ``x = 0``, or a power-of-two difference of slopes times ``x`` (a normal result) and
+    no intercept — is charged nothing, so linear stretches and lines through a kink at 0 stay
+    exact."""
     top, bottom = [], []
     for piece, (present, a, b) in zip(pieces, _stretches(pieces, l, u)):
         d, d_exact = _difference(piece.slope, slope)
         same = d == 0
-        exact = d_exact & (same | (_power_of_two_or_zero(d) & (piece.intercept == 0)))
+        scaled = d_exact & _power_of_two_or_zero(d) & (piece.intercept == 0)
         for x in (a, b):
             # 0·inf is NaN: a piece of the line's own slope contributes its intercept exactly
             dx = torch.where(same, torch.zeros_like(d * x), d * x)
             value = dx + piece.intercept
             with torch.no_grad():  # an infinite value needs no margin (and inf − inf would be NaN)
-                loose = ~(exact | (x == 0)) & torch.isfinite(value)
+                exact = (d_exact & same) | (x == 0) | (scaled & (dx.abs() >= torch.finfo(_WORK).tiny))
+                loose = ~exact & torch.isfinite(value)
                 margin = torch.where(loose, ulp_margin(dx.abs() + abs(piece.intercept), 8), torch.zeros_like(value))
             high, low = value + margin, value - margin
             # the margin's own sum rounds to nearest: one float outwards makes it ≥ (≤) the exact sum
@@ -134,8 +137,10 @@ def _offset_range(pieces, l, u, slope):
             low = torch.where(loose, torch.nextafter(low, torch.full_like(low, -math.inf)), low)
             top.append(torch.where(present, high, torch.full_like(value, -math.inf)))
             bottom.append(torch.where(present, low, torch.full_like(value, math.inf)))
-    return (torch.stack(torch.broadcast_tensors(*bottom)).amin(0),
-            torch.stack(torch.broadcast_tensors(*top)).amax(0))
+    low = torch.stack(torch.broadcast_tensors(*bottom)).amin(0)
+    high = torch.stack(torch.broadcast_tensors(*top)).amax(0)
+    # a product that overflowed says nothing about its side: never let it close that side
+    return low.masked_fill(low == math.inf, -math.inf), high.masked_fill(high == -math.inf, math.inf)
 
 
 @torch.no_grad()

@@ -6,9 +6,9 @@ and magnitude.
 ``b ≤ min (f(z) − s·z)``. The extremes of ``g(z) = f(z) − s·z`` lie at ``l``, ``u`` or at the
 critical points where ``f'(z) = s`` — for ``sin``, ``z = ±arccos(s) + 2kπ``; for ``cos``,
 ``z = −arcsin(s) + 2kπ`` and ``π + arcsin(s) + 2kπ`` — of which an interval narrower than 2π holds
-at most two per branch. :func:`_offset_range` enumerates them (vectorised: four values of ``k``
-per branch around the interval) and bounds ``g`` there. So *every* slope gives a sound line that
-touches ``f``, and the slope is free to be chosen for tightness:
+at most one per branch. :meth:`_Periodic._offset_range` enumerates them (vectorised: four
+values of ``k`` per branch around the interval) and bounds ``g`` there. So *every* slope gives a
+sound line that touches ``f``, and the slope is free to be chosen for tightness:
 
 * on a concave piece (``f ≥ 0``: ``f'' = −f`` for both functions) the upper line is the tangent
   (at the midpoint by default, at ``l + α·(u − l)`` under α-CROWN) and the lower line the chord;
@@ -53,7 +53,7 @@ __all__ = ["SinRule", "CosRule"]
 
 _TWO_PI = 2 * math.pi
 # At or above this width (just under 2π) an interval gets the constant bounds ∓1: the
-# enumeration of critical points assumes at most two per branch.
+# enumeration of critical points assumes an interval shorter than one period.
 _WIDE = 6.28
 # Bisection steps for the default slope: the bracket [min f', max f'] ⊂ [−1, 1] shrinks to 2⁻⁴⁰.
 _BISECTION_STEPS = 41
@@ -90,7 +90,9 @@ class _Periodic(ElementwiseRule):
 
     def _offset_range(self, lower, upper, slope):
         """Sound ``(min, max)`` of ``f(z) − slope·z`` over ``[lower, upper]`` (float64, width < 2π,
-        |slope| ≤ 1), and the points where the computed minimum and maximum were attained.
+        |slope| ≤ 1). Per branch ``a``, ``k₀ = ⌊(l − a)/2π⌋``: ``a + (k₀ + 1)·2π`` is the first
+        critical point at or after ``l`` (the only one the interval can hold); ``k₀ − 1``,
+        ``k₀`` and ``k₀ + 2`` cover a quotient rounded across an integer.
         """
         points = [lower, upper]
         critical_margin = [torch.zeros_like(lower), torch.zeros_like(upper)]
@@ -116,12 +118,7 @@ class _Periodic(ElementwiseRule):
             margin = ulp_margin(fz.abs() + sz.abs(), LIBM_ULPS + 8) + crit
         high = torch.where(ok, g + margin, torch.full_like(g, -math.inf))
         low = torch.where(ok, g - margin, torch.full_like(g, math.inf))
-        top, top_at = high.max(0)
-        bottom, bottom_at = low.min(0)
-        with torch.no_grad():
-            argmax = z.gather(0, top_at.unsqueeze(0)).squeeze(0)
-            argmin = z.gather(0, bottom_at.unsqueeze(0)).squeeze(0)
-        return -_next_up(-bottom), _next_up(top), argmin, argmax
+        return -_next_up(-low.amin(0)), _next_up(high.amax(0))
 
     # -- the contract -----------------------------------------------------------------------------
 
@@ -135,7 +132,7 @@ class _Periodic(ElementwiseRule):
         return torch.where(wide, zero, l), torch.where(wide, zero, u), wide
 
     def _range64(self, l, u, wide):
-        low, high, _, _ = self._offset_range(l, u, torch.zeros_like(l))
+        low, high = self._offset_range(l, u, torch.zeros_like(l))
         one = torch.ones_like(low)
         low = torch.where(wide, -one, low.clamp(min=-1.0))
         high = torch.where(wide, one, high.clamp(max=1.0))
@@ -209,8 +206,8 @@ class _Periodic(ElementwiseRule):
             l, u, wide, low, high = torch.broadcast_tensors(l, u, wide, low, high, *given)[:5]
         upper_slope = self._side_slope(l, u, low, high, a_high, upper_side=True).to(dtype)
         lower_slope = self._side_slope(l, u, low, high, a_low, upper_side=False).to(dtype)
-        _, upper_icpt, _, _ = self._offset_range(l, u, upper_slope.to(_WORK))
-        lower_icpt, _, _, _ = self._offset_range(l, u, lower_slope.to(_WORK))
+        _, upper_icpt = self._offset_range(l, u, upper_slope.to(_WORK))
+        lower_icpt, _ = self._offset_range(l, u, lower_slope.to(_WORK))
         lower_icpt, upper_icpt = cast_outward(lower_icpt, upper_icpt, dtype)
         # wide intervals (whose enumeration above ran on [0, 0]) get the constant bounds, and so
         # does a default line whose mean is worse than theirs: only rounding does that (coarse
