@@ -180,3 +180,14 @@ def test_alpha_for_one_side_only_and_nan_alpha(layer, exact, kinks):
     lower = torch.tensor([[kinks[0] - 1.0, kinks[0] - 0.5, kinks[-1] - 0.5]], dtype=torch.float64)
     upper = torch.tensor([[kinks[-1] + 2.0, kinks[0] + 0.5, kinks[-1] + 0.5]], dtype=torch.float64)
     check_alpha_sides(rule_for(layer), layer, lower, upper)
+
+
+def test_sound_where_a_product_underflows():
+    """Halving a float near the smallest normal rounds (the result is subnormal): such a product
+    is not exact and is charged (the rule once took every power-of-two product as exact)."""
+    smallest = 2.2250738585072014e-308
+    odd = -math.nextafter(smallest, 1.0)  # its last bit is lost when halved
+    intervals = [(odd, odd), (odd - 2e-323, odd), (-1.5 * smallest - 5e-324, 1e-310)]
+    for slope in (0.5, -0.5):
+        layer = LeakyRelu(alpha=slope)
+        check_elementwise(rule_for(layer), layer, _leaky(slope), intervals, count=8)
