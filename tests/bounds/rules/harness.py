@@ -76,7 +76,7 @@ def check_elementwise(rule, layer, exact: Callable, intervals: Sequence[tuple[fl
             pair = None if alpha is None else tuple(torch.full_like(lower, alpha) for _ in range(2))
             relaxations.append((alpha, rule.relax(layer, lower, upper, pair)))
         for k, (l, u) in enumerate(zip(lower[0].tolist(), upper[0].tolist())):
-            for alpha, r in relaxations:
+            for _alpha, r in relaxations:
                 for name in ("lower_slope", "upper_slope"):
                     value = getattr(r, name).expand_as(lower)[0, k]
                     assert torch.isfinite(value), f"{type(layer).__name__} {name} is {value} on [{l}, {u}] ({dtype})"
