@@ -143,29 +143,74 @@ def _offset_range(pieces, l, u, slope):
     return low.masked_fill(low == math.inf, -math.inf), high.masked_fill(high == -math.inf, math.inf)
 
 
+def _breakpoints(pieces) -> list[tuple[float, list[tuple[float, set[str]]]]]:
+    """Each finite end ``p`` of a piece, with the distinct values ``f`` approaches from the left,
+    takes at ``p`` and approaches from the right (one value where ``f`` is continuous), each with
+    the ways (``"left"``, ``"at"``, ``"right"``) it is reached."""
+    ends = sorted({e for piece in pieces for e in (piece.start, piece.end) if math.isfinite(e)})
+    out = []
+    for p in ends:
+        values: dict[float, set[str]] = {}
+        for piece in pieces:
+            value = piece.slope * p + piece.intercept
+            if piece.end == p and piece.start < p:
+                values.setdefault(value, set()).add("left")
+            if piece.start <= p <= piece.end and not (piece.start == p and piece.start_open) \
+                    and not (piece.end == p and piece.end_open):
+                values.setdefault(value, set()).add("at")
+            if piece.start == p and piece.end > p:
+                values.setdefault(value, set()).add("right")
+        out.append((p, sorted(values.items())))
+    return out
+
+
+def _slope_points(pieces, l, u):
+    """``(z, f, present)`` stacked: the points whose chords hold the least-mean slopes — ``l``
+    and ``u`` (unless a breakpoint) and, at each breakpoint inside ``[l, u]``, each value ``f``
+    takes or approaches from inside the interval. Finite ``l``, ``u`` only."""
+    breaks = _breakpoints(pieces)
+    zs, vs, oks = [], [], []
+    for x, from_right in ((l, True), (u, False)):
+        value = torch.zeros_like(x)
+        for piece in pieces:  # the piece [start, end) holding l, (start, end] holding u
+            inside = (x >= piece.start) & (x < piece.end) if from_right else (x > piece.start) & (x <= piece.end)
+            value = torch.where(inside, piece.slope * x + piece.intercept, value)
+        on_break = torch.zeros_like(x, dtype=torch.bool)
+        for p, _ in breaks:
+            on_break = on_break | (x == p)
+        zs.append(x)
+        vs.append(value)
+        oks.append(~on_break)
+    for p, values in breaks:
+        reach = {"left": (l < p) & (p <= u), "at": (l <= p) & (p <= u), "right": (l <= p) & (p < u)}
+        for value, ways in values:
+            present = torch.zeros_like(l, dtype=torch.bool)
+            for way in ways:
+                present = present | reach[way]
+            zs.append(torch.full_like(l, p))
+            vs.append(torch.full_like(l, value))
+            oks.append(present)
+    return tuple(torch.stack(torch.broadcast_tensors(*t)) for t in (zs, vs, oks))
+
+
 @torch.no_grad()
 def _area_slopes(pieces, l, u):
     """The slopes of the lines below and above ``f`` with the largest/least mean over finite
-    ``[l, u]``: the best of the chords between the ends of the pieces' stretches and the pieces'
-    own slopes (the optimum of a convex piecewise-linear function of the slope is at a kink).
-    Where an end is infinite, the slope of the piece that reaches it."""
+    ``[l, u]``: the best of the pieces' own slopes and the chords between the points of
+    :func:`_slope_points` (the optimum of a convex piecewise-linear function of the slope is at
+    a kink). Where an end is infinite, the slope of the piece that reaches it."""
     finite = torch.isfinite(l) & torch.isfinite(u)
     zero = torch.zeros_like(l)
     fl, fu = torch.where(finite, l, zero), torch.where(finite, u, zero)
-    points, values, present = [], [], []
-    for piece, (there, a, b) in zip(pieces, _stretches(pieces, fl, fu)):
-        for x in (a, b):
-            points.append(x)
-            values.append(piece.slope * x + piece.intercept)
-            present.append(there)
-    z, v, ok = (torch.stack(torch.broadcast_tensors(*t)) for t in (points, values, present))
+    z, v, ok = _slope_points(pieces, fl, fu)
     candidates = [torch.full_like(fl, p.slope) for p in pieces]
-    n = len(points)
+    n = z.shape[0]
     for i in range(n):
         for j in range(i + 1, n):
             width = z[j] - z[i]
-            safe = torch.where(width != 0, width, torch.ones_like(width))
-            candidates.append(torch.where(width != 0, (v[j] - v[i]) / safe, torch.full_like(width, math.nan)))
+            usable = (width != 0) & ok[i] & ok[j]
+            safe = torch.where(usable, width, torch.ones_like(width))
+            candidates.append(torch.where(usable, (v[j] - v[i]) / safe, torch.full_like(width, math.nan)))
     s = torch.stack(candidates).clamp(-_MAX_SLOPE, _MAX_SLOPE)  # (Q, ...); NaN: no chord
     g = v.unsqueeze(0) - s.unsqueeze(1) * z.unsqueeze(0)  # (Q, P, ...)
     middle = (fl + fu) / 2
