@@ -76,7 +76,7 @@ def check_elementwise(rule, layer, exact: Callable, intervals: Sequence[tuple[fl
             pair = None if alpha is None else tuple(torch.full_like(lower, alpha) for _ in range(2))
             relaxations.append((alpha, rule.relax(layer, lower, upper, pair)))
         for k, (l, u) in enumerate(zip(lower[0].tolist(), upper[0].tolist())):
-            for alpha, r in relaxations:
+            for _alpha, r in relaxations:
                 for name in ("lower_slope", "upper_slope"):
                     value = getattr(r, name).expand_as(lower)[0, k]
                     assert torch.isfinite(value), (f"{type(layer).__name__} {name} (alpha={alpha}) is {value} on "
@@ -118,3 +118,20 @@ def straddling_intervals(points: Sequence[float], widths: Sequence[float] = (1e-
         for w in widths:
             out += [(p - w, p + w), (p - w, p + w / 7), (p - w / 7, p + w)]
     return out
+
+
+def check_alpha_sides(rule, layer, lower: torch.Tensor, upper: torch.Tensor, value: float = 0.2) -> None:
+    """``alpha`` given for one side moves only that side (the other keeps its default), and a NaN
+    alpha reads as 0.5 (a diverged optimisation must not make the lines NaN)."""
+    alpha = torch.full_like(lower, value)
+    default, both = rule.relax(layer, lower, upper), rule.relax(layer, lower, upper, (alpha, alpha))
+    for side, pair in (("lower", (alpha, None)), ("upper", (None, alpha))):
+        other = "upper" if side == "lower" else "lower"
+        one = rule.relax(layer, lower, upper, pair)
+        for part in ("slope", "intercept"):
+            assert torch.equal(getattr(one, f"{side}_{part}"), getattr(both, f"{side}_{part}")), (side, part)
+            assert torch.equal(getattr(one, f"{other}_{part}"), getattr(default, f"{other}_{part}")), (other, part)
+    nan = rule.relax(layer, lower, upper, (torch.full_like(lower, math.nan),) * 2)
+    middle = rule.relax(layer, lower, upper, (torch.full_like(lower, 0.5),) * 2)
+    for name in ("lower_slope", "lower_intercept", "upper_slope", "upper_intercept"):
+        assert torch.equal(getattr(nan, name), getattr(middle, name)), name
