@@ -41,11 +41,12 @@ from dataclasses import dataclass
 
 import torch
 
+from assay.bounds.rules.alphas import split_alpha
 from assay.bounds.rules.base import LIBM_ULPS, Relaxation, ulp_margin, widen
 from assay.bounds.rules.shapes import chord_slope
 
 __all__ = ["Curve", "clear_point", "clear_concave", "upper_line", "lower_line", "relax_s_curve",
-           "monotone_interval", "split_alpha", "constant_where"]
+           "monotone_interval", "constant_where"]
 
 
 def _search_steps(dtype: torch.dtype) -> int:
@@ -207,23 +208,13 @@ def lower_line(curve: Curve, inflection, lower: torch.Tensor, upper: torch.Tenso
     return slope, -intercept
 
 
-def split_alpha(lower: torch.Tensor, upper: torch.Tensor, alpha):
-    """``(lower, upper, alpha_lower, alpha_upper)`` with the bounds unsqueezed to ``(B, 1, *shape)``
-    when alpha carries a spec dimension ``(B, S, *shape)``; alphas None when not given."""
-    if alpha is None:
-        return lower, upper, None, None
-    a_low, a_up = alpha
-    if a_low.dim() > lower.dim() or a_up.dim() > lower.dim():
-        lower, upper = lower.unsqueeze(1), upper.unsqueeze(1)
-    return lower, upper, a_low.to(lower.dtype), a_up.to(lower.dtype)
-
-
 def relax_s_curve(curve: Curve, inflection, lower, upper, alpha, interval, *, concave_first: bool = False) -> Relaxation:
     """The relaxation of f on ``[lower, upper]`` (convex then concave at ``inflection``; with
     ``concave_first``, concave then convex, e.g. ``x³``), each side falling back to the constant
     end of ``interval = (lo, hi)`` where its line overflowed."""
     lo, hi = interval
-    lower, upper, a_low, a_up = split_alpha(lower, upper, alpha)
+    a_low, a_up, lower, upper = split_alpha(alpha, lower, upper)
+    a_low, a_up = (None if a is None else a.to(lower.dtype) for a in (a_low, a_up))
     if isinstance(inflection, torch.Tensor) and inflection.dim() < lower.dim():  # per element, (B, *shape)
         inflection = inflection.unsqueeze(1)
     if concave_first:  # f(z) = g(−z) with g convex then concave at −inflection: mirror the slopes

@@ -160,6 +160,8 @@ class Clip(_Elementwise):
         object.__setattr__(self, "upper", upper)
 
     def forward(self, x):
+        if self.lower is None and self.upper is None:  # ONNX: the identity (torch.clamp refuses two Nones)
+            return x.clone()
         return torch.clamp(x, self.lower, self.upper)
 
 
