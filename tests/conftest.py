@@ -13,6 +13,15 @@ from tests.requirements import in_ci, require
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (``make test`` runs ``-n 2``) each worker process gets one torch thread:
+    two workers with a thread per core each would fight over a 2-core machine's cores."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+
+
 def shared_data_dir() -> Path | None:
     """``$ASSAY_DATA`` if set, else ``../shared/data`` beside the repository; None if absent."""
     candidate = Path(os.environ["ASSAY_DATA"]) if os.environ.get("ASSAY_DATA") else REPO_ROOT.parent / "shared" / "data"
