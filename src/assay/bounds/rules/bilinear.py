@@ -1,0 +1,246 @@
+"""Bound rules of products of two tensors: ``Mul``, ``Div`` (as ``a · (1/b)``) and ``MatMul``.
+
+**McCormick planes.** For ``x ∈ [xl, xu]`` and ``z ∈ [zl, zu]``, ``(x − xl)(z − zl) ≥ 0`` and its
+three siblings give two planes under ``x·z`` and two over it::
+
+    x·z ≥ zl·x + xl·z − xl·zl   (anchored at xl, zl)      x·z ≤ zu·x + xl·z − xl·zu   (xl, zu)
+    x·z ≥ zu·x + xu·z − xu·zu   (xu, zu)                  x·z ≤ zl·x + xu·z − xu·zl   (xu, zl)
+
+Each plane equals ``x·z`` on the two edges through its anchor. A row's coefficient ``A ≥ 0``
+on an output takes ``α·(first lower plane) + (1 − α)·(second)``, an ``A < 0`` takes
+``α·(first upper plane) + (1 − α)·(second)``: α = 1 (the default, as auto_LiRPA's) anchors both
+sides at ``xl``; α-CROWN tunes α ∈ [0, 1] per output (``parameters = 1``). ``MatMul`` relaxes
+every product ``x_ik·z_kj`` of output ``(i, j)`` with that output's α, which makes each
+coefficient a sum of two matrix products.
+
+**Floating point.** The planes' slopes are the input bounds themselves (exact); the weights
+``p = A·α`` and ``q = A − p`` are rounded, so ``A·x·z`` is split exactly into ``p·x·z + q·x·z``
+plus a remainder ``|A − p − q|·|x·z| ≤ u·|A|·|x|·|z|``. Every other rounding (the products, the
+sums over ``k``, over outputs and over broadcast dimensions) is a dot product of at most
+``N = 2·(outputs) + 2·k + 10`` terms whose magnitudes are bounded by
+``R = Σ_out |A|·(|x|max · |z|max)``, so ``rounding = 4·γ_N·R`` plus an underflow allowance.
+
+**Div.** ``a / b = a · r`` with ``r = 1/b ∈ [1/bu, 1/bl]`` (widened) where ``b``'s interval
+excludes 0: McCormick on ``(a, r)``, then ``r``'s coefficients cross a line pair of ``1/b``
+(convex for ``b > 0``: tangent below at ``t = bl + α₂·(bu − bl)``, default the midpoint, and the
+chord above; mirrored for ``b < 0``). Where ``b``'s interval contains 0 the quotient is
+unbounded: its interval is ``[−inf, inf]`` and every row with a non-zero coefficient on such an
+output gets the trivial bound (offset ``−inf``), never a finite one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+
+from assay.bounds.rules import register
+from assay.bounds.rules.base import ElementwiseRule, MultiInputRule, Relaxation, widen
+from assay.bounds.rules.multi import aligned_bounds, gamma, interval_sum, product_corners, settled, sum_to, underflow
+from assay.bounds.rules.shapes import line_above_convex, tangent_below_convex
+from assay.nn.ops.arith import Binary, MatMul
+
+__all__ = ["Product", "Quotient", "MatrixProduct"]
+
+
+def _alpha(alpha, index: int, A: torch.Tensor, default: float) -> torch.Tensor:
+    """The ``index``-th optimisable parameter as a tensor broadcastable to ``A`` (B, S, *out),
+    clamped to [0, 1] (any α there is sound); ``default`` where none is given."""
+    if alpha is None:
+        return torch.full((), default, dtype=A.dtype, device=A.device)
+    a = alpha[index].to(A.dtype).clamp(0.0, 1.0)
+    if a.dim() == A.dim() - 1:  # per output, shared by the rows
+        a = a.unsqueeze(1)
+    return a
+
+
+def _weights(A: torch.Tensor, alpha: torch.Tensor):
+    """The weights of each output's four McCormick planes, named by their anchors:
+    ``(ll, uu, lu, ul)``, ``ll + uu = A`` where ``A ≥ 0`` and ``lu + ul = A`` where ``A < 0``
+    (each up to one rounding), and 0 elsewhere."""
+    positive, negative = A.clamp(min=0), A.clamp(max=0)
+    ll = positive * alpha
+    uu = positive - ll
+    lu = negative * alpha
+    ul = negative - lu
+    return ll, uu, lu, ul
+
+
+def _magnitude(lower: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:
+    return torch.maximum(lower.abs(), upper.abs())
+
+
+def _product_crossing(A, x, z, alpha):
+    """The McCormick crossing of ``y = x·z`` (element-wise, broadcast) for the rows ``A``
+    (B, S, *out). ``x``, ``z``: ``(lower, upper)`` pairs of their own shapes. Returns the
+    coefficients on x and z (their shapes), the offset and the rounding, not yet settled."""
+    shapes = [tuple(x[0].shape[1:]), tuple(z[0].shape[1:])]
+    (xl, xu), (zl, zu) = aligned_bounds([x, z])
+    xl, xu, zl, zu = (t.unsqueeze(1) for t in (xl, xu, zl, zu))  # (B, 1, *aligned)
+    ll, uu, lu, ul = _weights(A, _alpha(alpha, 0, A, 1.0))
+    on_x = (ll + ul) * zl + (uu + lu) * zu
+    on_z = (ll + lu) * xl + (uu + ul) * xu
+    # a weight of 0 times an infinite bound is 0, not NaN: only used planes count
+    terms = _used(ll, xl * zl) + _used(uu, xu * zu) + _used(lu, xl * zu) + _used(ul, xu * zl)
+    offset = -terms.reshape(A.shape[0], A.shape[1], -1).sum(-1)
+    with torch.no_grad():
+        outputs = A[0, 0].numel()
+        mx, mz = _magnitude(xl, xu), _magnitude(zl, zu)
+        R = (A.abs() * mx * mz).reshape(A.shape[0], A.shape[1], -1).sum(-1)
+        spill = ((1 + mx + mz) * torch.ones_like(A)).reshape(A.shape[0], A.shape[1], -1).sum(-1)
+        rounding = 4 * gamma(2 * outputs + 12, A.dtype) * R + 16 * underflow(A.dtype) * spill
+    coefficients = (sum_to(on_x, xl.shape[2:], shapes[0]), sum_to(on_z, zl.shape[2:], shapes[1]))
+    return coefficients, offset, rounding
+
+
+def _used(weight, value):
+    return torch.where(weight != 0, weight * value, torch.zeros_like(weight))
+
+
+def _product_interval(x, z):
+    (xl, xu), (zl, zu) = aligned_bounds([x, z])
+    lo, hi = product_corners(xl, xu, zl, zu)
+    return interval_sum(lo, hi, None)
+
+
+@register(Binary, when=lambda layer: layer.kind == "Mul")
+class Product(MultiInputRule):
+    """``a · b`` of two tensors (ONNX broadcasting): McCormick planes, see the module docstring."""
+
+    parameters: ClassVar[int] = 1
+
+    def interval(self, layer, inputs):
+        x, z = inputs
+        return _product_interval(x, z)
+
+    def backward(self, layer, A, inputs, alpha=None):
+        x, z = inputs
+        return settled(*_product_crossing(A, x, z, alpha))
+
+
+def _reciprocal_relaxation(lower: torch.Tensor, upper: torch.Tensor, alpha: torch.Tensor) -> Relaxation:
+    """Lines below and above ``1/b`` on ``[lower, upper]`` not containing 0: for ``b > 0`` (convex)
+    the tangent at ``t = lower + α·(upper − lower)`` below and the chord above; for ``b < 0``
+    (concave) the same for ``h = −1/b``, negated. Sound in floating point (see shapes.py)."""
+    negative = upper < 0
+    sign = torch.where(negative, -torch.ones_like(lower), torch.ones_like(lower))
+    point = (lower + alpha * (upper - lower)).clamp(min=lower, max=upper)
+    # h = sign/b is convex on the interval, h' = −sign/b²
+    h_lower, h_upper, h_point = sign / lower, sign / upper, sign / point
+    chord_slope, chord_intercept = line_above_convex(lower, upper, h_lower, h_upper)
+    tangent_slope, tangent_intercept = tangent_below_convex(point, h_point, -sign / (point * point), lower, upper)
+    below = torch.where(negative, -chord_slope, tangent_slope), torch.where(negative, -chord_intercept, tangent_intercept)
+    above = torch.where(negative, -tangent_slope, chord_slope), torch.where(negative, -tangent_intercept, chord_intercept)
+    return Relaxation(below[0], below[1], above[0], above[1])
+
+
+def _reciprocal_interval(lower, upper):
+    """``[1/upper, 1/lower]`` widened for the division's rounding (1/b is decreasing on each side
+    of 0); only meaningful where the interval excludes 0."""
+    return widen(1.0 / upper, 1.0 / lower, ulps=2)
+
+
+def _reaching_zero(lower, upper):
+    return (lower <= 0) & (upper >= 0) | torch.isnan(lower) | torch.isnan(upper)
+
+
+@register(Binary, when=lambda layer: layer.kind == "Div")
+class Quotient(MultiInputRule):
+    """``a / b`` of two tensors (ONNX broadcasting) as ``a · (1/b)``, see the module docstring.
+    ``parameters = 2``: the McCormick α of each output, and the tangent point of ``1/b`` (the
+    mean of the second α over the outputs each element of ``b`` reaches)."""
+
+    parameters: ClassVar[int] = 2
+
+    def interval(self, layer, inputs):
+        a, (bl, bu) = inputs
+        zero = _reaching_zero(bl, bu)
+        one = torch.ones_like(bl)
+        rl, ru = _reciprocal_interval(torch.where(zero, one, bl), torch.where(zero, one, bu))
+        lo, hi = _product_interval(a, (rl, ru))
+        (zero_out, _), _ = aligned_bounds([(zero, zero), (lo, lo)])
+        zero_out = zero_out.expand_as(lo)
+        return (torch.where(zero_out, torch.full_like(lo, -math.inf), lo),
+                torch.where(zero_out, torch.full_like(hi, math.inf), hi))
+
+    def backward(self, layer, A, inputs, alpha=None):
+        a, (bl, bu) = inputs
+        zero = _reaching_zero(bl, bu)
+        one = torch.ones_like(bl)
+        bl, bu = torch.where(zero, one, bl), torch.where(zero, one, bu)
+        r = _reciprocal_interval(bl, bu)
+        # the rows that touch an output whose divisor can be 0 are unbounded below
+        (zero_aligned, _), _ = aligned_bounds([(zero, zero), (a[0], a[0])])
+        dead_outputs = zero_aligned.unsqueeze(1) & torch.ones_like(A, dtype=torch.bool)
+        dead_rows = (dead_outputs & (A != 0)).reshape(A.shape[0], A.shape[1], -1).any(-1)
+        A = torch.where(dead_outputs, torch.zeros_like(A), A)
+        (on_a, on_r), offset, rounding = _product_crossing(A, a, r, alpha)
+        point, per_row = self._tangent_alpha(alpha, A, bl)
+        if per_row:  # a tangent per row: every side per row
+            ends = bl.unsqueeze(1).expand_as(point), bu.unsqueeze(1).expand_as(point)
+        else:
+            ends = bl, bu
+        relaxation = _reciprocal_relaxation(*ends, point)
+        crossed = ElementwiseRule().cross(relaxation, on_r, bl, bu)
+        total = offset + crossed.offset
+        with torch.no_grad():
+            rounding = rounding + crossed.rounding + 2 * gamma(2, A.dtype) * (offset.abs() + crossed.offset.abs()) \
+                + underflow(A.dtype)
+        total = torch.where(dead_rows, torch.full_like(total, -math.inf), total)
+        return settled((on_a, crossed.coefficients[0]), total, rounding)
+
+    @staticmethod
+    def _tangent_alpha(alpha, A, bl):
+        """The tangent point's α per element of ``b``: (B, *b), or (B, S, *b) when α is per row
+        (and whether it is); the mean of α over the outputs an element of ``b`` reaches (any value in [0, 1] is sound)."""
+        if alpha is None:
+            return torch.full((), 0.5, dtype=A.dtype, device=A.device), False
+        a = alpha[1].to(A.dtype).clamp(0.0, 1.0)
+        per_row = a.dim() == A.dim()
+        a = a.expand(A.shape if per_row else (A.shape[0], *A.shape[2:]))
+        lead = 2 if per_row else 1
+        b_shape = tuple(bl.shape[1:])
+        aligned = (1,) * (A.dim() - 2 - len(b_shape)) + b_shape
+        dims = [d + lead for d, (size, out) in enumerate(zip(aligned, A.shape[2:])) if size == 1 and out != 1]
+        if dims:
+            a = a.mean(dim=dims, keepdim=True)
+        return a.reshape(*a.shape[:lead], *b_shape), per_row
+
+
+@register(MatMul)
+class MatrixProduct(MultiInputRule):
+    """``x @ z`` of two tensors (numpy ``matmul``, batched over leading sample dimensions): every
+    product ``x_ik·z_kj`` relaxed by McCormick with output ``(i, j)``'s α; the coefficients are
+    four matrix products (see the module docstring)."""
+
+    parameters: ClassVar[int] = 1
+
+    def interval(self, layer, inputs):
+        (xl, xu), (zl, zu) = aligned_bounds(inputs)
+        lo, hi = product_corners(xl.unsqueeze(-1), xu.unsqueeze(-1), zl.unsqueeze(-3), zu.unsqueeze(-3))
+        return interval_sum(lo, hi, -2)
+
+    def backward(self, layer, A, inputs, alpha=None):
+        x, z = inputs
+        shapes = [tuple(x[0].shape[1:]), tuple(z[0].shape[1:])]
+        (xl, xu), (zl, zu) = aligned_bounds(inputs)
+        xl, xu, zl, zu = (t.unsqueeze(1) for t in (xl, xu, zl, zu))  # (B, 1, *batch, rows, cols)
+        ll, uu, lu, ul = _weights(A, _alpha(alpha, 0, A, 1.0))
+
+        def T(t):
+            return t.transpose(-1, -2)
+
+        on_x = (ll + ul).matmul(T(zl)) + (uu + lu).matmul(T(zu))
+        on_z = T(xl).matmul(ll + lu) + T(xu).matmul(uu + ul)
+        terms = _used(ll, xl.matmul(zl)) + _used(uu, xu.matmul(zu)) + _used(lu, xl.matmul(zu)) + _used(ul, xu.matmul(zl))
+        offset = -terms.reshape(A.shape[0], A.shape[1], -1).sum(-1)
+        with torch.no_grad():
+            outputs, inner = A[0, 0].numel(), xl.shape[-1]
+            mx, mz = _magnitude(xl, xu), _magnitude(zl, zu)
+            R = (A.abs() * mx.matmul(mz)).reshape(A.shape[0], A.shape[1], -1).sum(-1)
+            spill = ((1 + inner * (1 + mx.amax(-1, keepdim=True) + mz.amax(-2, keepdim=True))) * torch.ones_like(A))
+            spill = spill.reshape(A.shape[0], A.shape[1], -1).sum(-1)
+            rounding = 4 * gamma(2 * outputs + 2 * inner + 12, A.dtype) * R + 16 * underflow(A.dtype) * spill
+        coefficients = (sum_to(on_x, xl.shape[2:], shapes[0]), sum_to(on_z, zl.shape[2:], shapes[1]))
+        return settled(coefficients, offset, rounding)
