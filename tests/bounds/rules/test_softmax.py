@@ -40,7 +40,8 @@ def exact(axis):
 def test_softmax_over_wide_tiny_and_large_boxes(rng):
     layer = Softmax(0)
     assert isinstance(rule_for(layer), SoftmaxRule)
-    boxes = [[box(rng, (4,))], [tiny(rng, (4,))], [box(rng, (4,), width=0.05)], [box(rng, (4,), scale=30.0)],
+    boxes = [[box(rng, (4,))], [tiny(rng, (4,))], [box(rng, (4,), width=0.05)], [box(rng, (4,), width=0.2)],
+             [(np.array([0.0, 0.1, -0.1, 0.05]) - 0.1, np.array([0.0, 0.1, -0.1, 0.05]) + 0.1)], [box(rng, (4,), scale=30.0)],
              [box(rng, (4,), width=0.0)], [(np.array([-1.0, 0.0, 50.0, 49.0]), np.array([1.0, 0.5, 60.0, 49.5]))]]
     assert check_multi_input(rule_for(layer), layer, exact(0), boxes) > 0
 

@@ -101,6 +101,43 @@ def _dot_above(positive, negative, lo, hi):
     return terms.sum(-1) + gamma(terms.shape[-1] + 2, terms.dtype) * terms.abs().sum(-1) + underflow(terms.dtype) * 4 * terms.shape[-1]
 
 
+def _up(t: torch.Tensor, operations: int) -> torch.Tensor:
+    """``t`` (≥ 0, the float result of ``operations`` roundings of non-negative terms) raised to
+    an upper bound of the exact value."""
+    return t + ulp_margin(t, 2 * operations + 2)
+
+
+def _taylor_remainder(lo, hi, t_lo, t_hi, radius):
+    """An upper bound of ``−½·(x − c)ᵀ·H(ξ)·(x − c)`` over the box, ``H`` the Hessian of ``A·y``:
+    ``H_jk = y_j·((δ_jk − y_k)·(A_j − A·y) − y_k·(A_k − A·y))``, so with ``T_j ≥ |A_j − A·y|``,
+    ``|H_jk| ≤ hi_j·(|δ_jk − y_k|·T_j + hi_k·T_k)`` and
+    ``Σ_k |δ_jk − y_k|·r_k ≤ (1 − lo_j)·r_j + Σ_{k≠j} hi_k·r_k``. O(n) per row."""
+    n = lo.shape[-1]
+    T = torch.maximum(t_lo.abs(), t_hi.abs())  # t = A_j − A·y over the box (already widened)
+    weighted = _up(hi * radius, 1)
+    Y = _up(weighted.sum(-1, keepdim=True), n)
+    others = (Y - weighted).clamp(min=0)
+    others = others + ulp_margin(Y, 4)
+    spread = _up((1 - lo) * radius, 2) + others
+    Z = _up((weighted * T).sum(-1, keepdim=True), n + 1)
+    total = (weighted * (T * spread + Z)).sum(-1)
+    return _up(0.5 * total, n + 6)
+
+
+def _slope_error(a, positive, negative, yc_lo, yc_hi, at_c, slopes, radius):
+    """An upper bound of ``Σ_j |g_j(c) − g₀_j|·r_j``: the Taylor form needs the exact gradient at
+    ``c``, the coefficients are its float value ``g₀``."""
+    n = yc_lo.shape[-1]
+    t_lo = a - _dot_above(positive, negative, yc_lo, yc_hi).unsqueeze(-1)
+    t_hi = a - at_c.unsqueeze(-1)
+    t_lo, t_hi = t_lo - ulp_margin(t_lo.abs(), 2), t_hi + ulp_margin(t_hi.abs(), 2)
+    g_lo, g_hi = product_corners(yc_lo, yc_hi, t_lo, t_hi)
+    g_lo, g_hi = g_lo - ulp_margin(g_lo.abs(), 2), g_hi + ulp_margin(g_hi.abs(), 2)
+    distance = torch.maximum(g_hi - slopes, slopes - g_lo).clamp(min=0)
+    distance = _up(distance, 1)
+    return _up((distance * radius).sum(-1), n + 1)
+
+
 @register(Softmax)
 class SoftmaxRule(MultiInputRule):
     """Softmax over ``layer.axis`` of one sample (module docstring)."""
@@ -146,9 +183,12 @@ class SoftmaxRule(MultiInputRule):
         g_lo, g_hi = g_lo - ulp_margin(g_lo.abs(), 2), g_hi + ulp_margin(g_hi.abs(), 2)
         spread = torch.maximum(g_hi - slopes, slopes - g_lo)
         spread = spread + ulp_margin(spread.abs(), 2)
-        remainder = (spread * radius).sum(-1)
+        mean_value = (spread * radius).sum(-1)
         yc_lo, yc_hi = point_interval(c)
         at_c = _dot_below(positive, negative, yc_lo, yc_hi)
+        taylor = _taylor_remainder(lo, hi, t_lo, t_hi, radius)
+        taylor = taylor + _slope_error(a, positive, negative, yc_lo, yc_hi, at_c, slopes, radius)
+        remainder = torch.minimum(mean_value, taylor)
         moved = (slopes * c).sum(-1)
         linear = at_c - moved - remainder
         with torch.no_grad():
