@@ -223,6 +223,7 @@ def check_multi_input(rule, layer, exact: Callable, boxes: Sequence[Sequence[tup
                 assert c.shape == (batch, rows, *lower.shape[1:]), (c.shape, lower.shape)
                 assert c.dtype == dtype and torch.isfinite(c).all(), f"non-finite coefficients (alpha={alpha}, {dtype})"
             assert crossing.offset.shape == (batch, rows) and crossing.rounding.shape == (batch, rows)
+            assert crossing.offset.dtype == dtype and crossing.rounding.dtype == dtype
             assert not torch.isnan(crossing.offset).any() and not (crossing.offset == math.inf).any()
             assert torch.isfinite(crossing.rounding).all() and (crossing.rounding >= 0).all()
             crossings.append((alpha, crossing))
@@ -272,3 +273,16 @@ def check_multi_input(rule, layer, exact: Callable, boxes: Sequence[Sequence[tup
                         f"{type(layer).__name__} crossing (alpha={alpha}, row {s}) exceeds A·y by "
                         f"{mpmath.nstr(exact_bound - exact_target, 5)} at {point} (box {b}, {dtype})")
     return checked
+
+
+def alpha_gradients(rule, layer, inputs, A: torch.Tensor, value: float = 0.5) -> list[torch.Tensor]:
+    """The gradients of the summed bound ``offset − rounding`` (coefficients taken at the lower
+    ends of the inputs) with respect to each of the rule's alphas, set to ``value`` per row and
+    output: what α-CROWN follows. Tests check they are finite and not all zero."""
+    alphas = tuple(torch.full(A.shape, value, dtype=A.dtype, requires_grad=True) for _ in range(rule.parameters))
+    crossing = rule.backward(layer, A, inputs, alphas)
+    bound = crossing.offset - crossing.rounding
+    for c, (lower, _) in zip(crossing.coefficients, inputs):
+        bound = bound + (c * lower.unsqueeze(1)).reshape(c.shape[0], c.shape[1], -1).sum(-1)
+    bound.sum().backward()
+    return [a.grad for a in alphas]

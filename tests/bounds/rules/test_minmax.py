@@ -10,7 +10,7 @@ import torch
 from assay.bounds.rules import rule_for
 from assay.bounds.rules.minmax import Extremum
 from assay.nn.ops.arith import MinMax
-from tests.bounds.rules.harness import check_multi_input
+from tests.bounds.rules.harness import alpha_gradients, check_multi_input
 
 
 def box(rng, shape, center=0.0, width=1.0):
@@ -88,3 +88,12 @@ def test_max_bounds_touch_the_maximum_where_they_should():
         crossing = rule_for(layer).backward(layer, A, dominated)
         assert crossing.coefficients[0].item() == A.item() and crossing.coefficients[1].item() == 0.0
         assert abs(crossing.offset.item()) < 1e-12
+
+
+def test_alpha_steers_the_lower_side():
+    torch.manual_seed(0)
+    layer = MinMax("Max")
+    x, z = torch.randn(1, 4, dtype=torch.float64), torch.randn(1, 4, dtype=torch.float64)
+    inputs = [(x - 1.0, x + 1.0), (z - 1.0, z + 1.0)]
+    grad, = alpha_gradients(rule_for(layer), layer, inputs, torch.rand(1, 2, 4, dtype=torch.float64))
+    assert torch.isfinite(grad).all() and (grad != 0).any()

@@ -10,7 +10,7 @@ import torch
 from assay.bounds.rules import rule_for
 from assay.bounds.rules.softmax import SoftmaxRule
 from assay.nn.ops.softmax import Softmax
-from tests.bounds.rules.harness import check_multi_input
+from tests.bounds.rules.harness import alpha_gradients, check_multi_input
 
 
 def box(rng, shape, center=0.0, width=1.0, scale=1.0):
@@ -81,3 +81,11 @@ def test_small_boxes_get_slopes_tighter_than_the_interval():
     values = (torch.softmax(points, -1).unsqueeze(0) * A[0].unsqueeze(1)).sum(-1).amin(-1)  # min over corners
     assert (bound > interval_bound).all()
     assert (values - bound < 5e-6).all() and (values - bound >= 0).all()
+
+
+def test_alpha_moves_the_expansion_point():
+    torch.manual_seed(0)
+    layer = Softmax(0)
+    x = torch.randn(1, 5, dtype=torch.float64)
+    grad, = alpha_gradients(rule_for(layer), layer, [(x - 0.01, x + 0.01)], torch.randn(1, 2, 5, dtype=torch.float64))
+    assert torch.isfinite(grad).all() and (grad != 0).any()
