@@ -145,11 +145,14 @@ def joint_samples(box: Sequence[tuple[torch.Tensor, torch.Tensor]], rng: np.rand
         points.append([np.where(p, h, l) for p, l, h in zip(picks, lows, highs)])
         points.append([np.where(p, np.maximum(l, h - 1e-6), np.minimum(h, l + 1e-6)) for p, l, h in zip(picks, lows, highs)])
         points.append([np.where(p, a, b) for p, a, b in zip(picks, inward_hi, inward_lo)])
+    def between(l, h, t):  # l + t·(h − l) without overflowing h − l
+        return l * (1.0 - t) + h * t
+
     for t in np.linspace(0.0, 1.0, 5):
-        points.append([l + t * (h - l) for l, h in zip(lows, highs)])
-        points.append([l + ((t + 0.5 * k) % 1.0) * (h - l) for k, (l, h) in enumerate(zip(lows, highs))])
+        points.append([between(l, h, t) for l, h in zip(lows, highs)])
+        points.append([between(l, h, (t + 0.5 * k) % 1.0) for k, (l, h) in enumerate(zip(lows, highs))])
     for _ in range(count):
-        points.append([rng.uniform(l, h) for l, h in zip(lows, highs)])
+        points.append([between(l, h, rng.uniform(size=l.shape)) for l, h in zip(lows, highs)])
     out = []
     for point in points:
         cast = [torch.tensor(np.asarray(p, dtype=np.float64)).to(dtype) for p in point]

@@ -152,3 +152,15 @@ def test_alphas_steer_the_bound(layer, shapes):
     assert len(grads) == rule_for(layer).parameters
     for grad in grads:
         assert torch.isfinite(grad).all() and (grad != 0).any()
+
+
+@pytest.mark.parametrize("scales", [(1e20, 1e20), (1e-25, 1e-25), (1e-20, 1e20)])
+def test_products_that_overflow_or_underflow_stay_sound(rng, scales):
+    """float32 products of 1e20s overflow, of 1e-25s fall into the subnormals; a divisor near
+    3e22 has a subnormal 1/b² (the tangent falls back to a flat line there)."""
+    sx, sz = scales
+    assert check_multi_input(rule_for(MUL), MUL, product, [[box(rng, (3,), scale=sx), box(rng, (3,), scale=sz)]], count=4) > 0
+    assert check_multi_input(rule_for(MATMUL), MATMUL, np.matmul, [[box(rng, (2, 2), scale=sx), box(rng, (2, 2), scale=sz)]],
+                             count=4) > 0
+    divisor = box(rng, (3,), center=3.0, width=0.5, scale=sz * 100)
+    assert check_multi_input(rule_for(DIV), DIV, quotient, [[box(rng, (3,), scale=sx * 100), divisor]], count=4) > 0

@@ -36,7 +36,7 @@ from typing import ClassVar
 import torch
 
 from assay.bounds.rules import register
-from assay.bounds.rules.base import ElementwiseRule, MultiInputRule, Relaxation, widen
+from assay.bounds.rules.base import ElementwiseRule, MultiInputRule, Relaxation, ulp_margin, widen
 from assay.bounds.rules.multi import aligned_bounds, gamma, interval_sum, product_corners, settled, sum_to, underflow
 from assay.bounds.rules.shapes import line_above_convex, tangent_below_convex
 from assay.nn.ops.arith import Binary, MatMul
@@ -129,7 +129,15 @@ def _reciprocal_relaxation(lower: torch.Tensor, upper: torch.Tensor, alpha: torc
     # h = sign/b is convex on the interval, h' = −sign/b²
     h_lower, h_upper, h_point = sign / lower, sign / upper, sign / point
     chord_slope, chord_intercept = line_above_convex(lower, upper, h_lower, h_upper)
-    tangent_slope, tangent_intercept = tangent_below_convex(point, h_point, -sign / (point * point), lower, upper)
+    derivative = -sign * (h_point * h_point)  # −sign/b², without overflowing b²
+    tangent_slope, tangent_intercept = tangent_below_convex(point, h_point, derivative, lower, upper)
+    # a subnormal slope has lost its relative precision (the tangent's margin assumes it): there
+    # the constant line at h's smallest value on the interval is the sound lower line
+    flat = derivative.abs() < torch.finfo(derivative.dtype).tiny
+    smallest = torch.minimum(h_lower, h_upper)
+    smallest = smallest - ulp_margin(smallest.abs(), 2)
+    tangent_slope = torch.where(flat, torch.zeros_like(tangent_slope), tangent_slope)
+    tangent_intercept = torch.where(flat, smallest, tangent_intercept)
     below = torch.where(negative, -chord_slope, tangent_slope), torch.where(negative, -chord_intercept, tangent_intercept)
     above = torch.where(negative, -tangent_slope, chord_slope), torch.where(negative, -tangent_intercept, chord_intercept)
     return Relaxation(below[0], below[1], above[0], above[1])

@@ -75,8 +75,11 @@ def interval_sum(lo: torch.Tensor, hi: torch.Tensor, dim: int | None, products: 
     low = low - g * total(lo.abs()) - n * underflow(dtype) * 4
     high = high + g * total(hi.abs()) + n * underflow(dtype) * 4
     big = torch.finfo(dtype).max
-    low = torch.where(low == torch.inf, torch.full_like(low, big), low).nan_to_num(nan=-torch.inf)
-    high = torch.where(high == -torch.inf, torch.full_like(high, -big), high).nan_to_num(nan=torch.inf)
+    # (nan_to_num's own default would turn the infinite ends into the largest floats)
+    low = torch.where(low == torch.inf, torch.full_like(low, big), low)
+    low = torch.where(torch.isnan(low), torch.full_like(low, -torch.inf), low)
+    high = torch.where(high == -torch.inf, torch.full_like(high, -big), high)
+    high = torch.where(torch.isnan(high), torch.full_like(high, torch.inf), high)
     return low, high
 
 

@@ -63,7 +63,7 @@ def _reciprocal_of_one_plus(s: torch.Tensor, up: bool) -> torch.Tensor:
     """``1/(1 + s)`` rounded outwards (up or down) and clamped to [0, 1], for exact ``s`` ≥ 0."""
     r = 1.0 / (1.0 + s)
     r = r + ulp_margin(r, 4) if up else r - ulp_margin(r, 4)
-    return r.nan_to_num(nan=1.0 if up else 0.0).clamp(0.0, 1.0)
+    return torch.where(torch.isnan(r), torch.full_like(r, 1.0 if up else 0.0), r).clamp(0.0, 1.0)
 
 
 def box_interval(lower: torch.Tensor, upper: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,8 +85,9 @@ def point_interval(point: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     above, below = _exp_above(shifted), _exp_below(shifted)
     lo = below / _sum_above(above).unsqueeze(-1)
     hi = above / _sum_below(below).unsqueeze(-1)
-    lo = (lo - ulp_margin(lo, 4)).nan_to_num(nan=0.0).clamp(0.0, 1.0)
-    hi = (hi + ulp_margin(hi, 4)).nan_to_num(nan=1.0).clamp(0.0, 1.0)
+    lo, hi = lo - ulp_margin(lo, 4), hi + ulp_margin(hi, 4)
+    lo = torch.where(torch.isnan(lo), torch.zeros_like(lo), lo).clamp(0.0, 1.0)
+    hi = torch.where(torch.isnan(hi), torch.ones_like(hi), hi).clamp(0.0, 1.0)
     return lo, hi
 
 
