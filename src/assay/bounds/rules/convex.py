@@ -12,7 +12,7 @@ Where a function is unbounded or undefined on the interval the rule says so inst
 
 * ``Exp``: in float32 ``e^z`` overflows for z > 88.7; the exact value is then above every float,
   so ``interval``'s upper end and the upper line are ``+∞`` (sound, not useful); the tangent
-  point below is kept where ``e^t`` is finite.
+  point below is kept where the tangent's intercept ``e^t·(1 − t)`` is finite (t ≲ 83 in float32).
 * ``Log``: ``log 0 = −∞``, so an interval with ``lower = 0`` has an unbounded lower side (slope 0,
   intercept ``−∞``; ``interval`` low end ``−∞``). Below 0 the logarithm is NaN (ONNX): **an
   interval reaching below 0 is unbounded on both sides** — no finite bound holds for a NaN, and a
@@ -65,8 +65,9 @@ class ExpRule(ElementwiseRule):
         return lo.clamp(min=0.0), hi
 
     def relax(self, layer, lower, upper, alpha=None) -> Relaxation:
-        # keep the tangent point where e^t is finite: t ≤ log(max float) − 1
-        safe = math.log(torch.finfo(lower.dtype).max) - 1
+        # keep the tangent point where its intercept e^t·(1 − t) is finite: t·e^t < max float
+        big = math.log(torch.finfo(lower.dtype).max)
+        safe = big - math.log(big) - 1
         width = upper - lower
         cap = torch.where(width > 0, (safe - lower) / torch.where(width > 0, width, torch.ones_like(width)),
                           torch.ones_like(width)).clamp(0.0, 1.0)
