@@ -7,7 +7,7 @@ import mpmath
 import pytest
 import torch
 
-from assay.bounds.rules import rule_for
+from assay.bounds.rules import curvature, rule_for
 from assay.nn.ops.activation import Sigmoid, Tanh
 from tests.bounds.rules.harness import check_elementwise, straddling_intervals, tiny_intervals
 
@@ -151,3 +151,20 @@ def test_alpha_with_a_spec_dimension_gives_one_relaxation_per_row():
     (r.lower_slope.sum() + r.lower_intercept.sum() + r.upper_slope.sum() + r.upper_intercept.sum()).backward()
     assert all(torch.isfinite(a.grad).all() for a in alphas)
     assert any(a.grad.abs().sum() > 0 for a in alphas)
+
+
+@pytest.mark.parametrize("where", ["start", "random"])
+def test_sound_whatever_the_touching_point_search_returns(monkeypatch, where):
+    """The search for the tangents through the ends only picks slopes: replace it by a wrong answer
+    (the inflection point, or a random point of the concave part, always "found") and the lines
+    must still be sound — only looser."""
+    generator = torch.Generator().manual_seed(0)
+
+    def wrong(curve, anchor, lo, hi):
+        share = torch.zeros_like(lo) if where == "start" else torch.rand(lo.shape, generator=generator, dtype=lo.dtype)
+        return lo + share * (hi - lo), torch.ones_like(lo, dtype=torch.bool)
+
+    monkeypatch.setattr(curvature, "_touching_point", wrong)
+    intervals = straddling_intervals([0.0], (0.3, 2.0, 8.0))
+    for layer, exact in ((Sigmoid(), _sigmoid), (Tanh(), mpmath.tanh)):
+        assert check_elementwise(rule_for(layer), layer, exact, intervals, count=8, alphas=(None, 0.5)) > 0
