@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 import torch
 
+from assay.bounds.rules import rule_for
 from assay.bounds.rules.convex import power_curve
 from assay.bounds.rules.curvature import clear_concave, clear_point
 from assay.bounds.rules.s_shaped import SIGMOID
+from assay.nn.ops import activation
 
 mpmath.mp.prec = 200
 
@@ -55,3 +57,38 @@ def test_overflow_gives_up_the_side():
     z = torch.tensor([1e30, 2.0])
     assert clear_point(cube, torch.tensor([1.0, 3e38]), z).isinf().all()
     assert clear_concave(cube.negated(), torch.tensor([0.0, 0.0]), z, z, z).isinf().tolist() == [True, False]
+
+
+def _exact(layer):
+    named = {activation.Sigmoid: _sigmoid, activation.Tanh: mpmath.tanh, activation.Exp: mpmath.exp,
+             activation.Log: lambda z: mpmath.log(z) if z > 0 else None}
+    if type(layer) in named:
+        return named[type(layer)]
+    p = {activation.Reciprocal: -1, activation.Sqrt: 0.5}.get(type(layer), getattr(layer, "exponent", None))
+    return lambda z: None if (z < 0 and not float(p).is_integer()) or z == 0 else z ** mpmath.mpf(p)
+
+
+@pytest.mark.parametrize("name", ["Sigmoid", "Tanh", "Exp", "Log", "Reciprocal", "Sqrt", "Pow2", "Pow3", "Pow-2", "Pow0.5"])
+def test_infinite_ends_give_sound_finite_slopes(name):
+    """Bounds of ±inf (an unbounded input) still give finite slopes and sound sides (constants
+    where no line can do better)."""
+    layer = activation.Pow(float(name[3:])) if name.startswith("Pow") else getattr(activation, name)()
+    inf = float("inf")
+    ends = [(-inf, 2.0), (1.0, inf), (-inf, inf), (-inf, -3.0), (0.5, inf)]
+    for dtype in (torch.float32, torch.float64):
+        lower = torch.tensor([[a for a, _ in ends]], dtype=dtype)
+        upper = torch.tensor([[b for _, b in ends]], dtype=dtype)
+        r = rule_for(layer).relax(layer, lower, upper)
+        lo, hi = rule_for(layer).interval(layer, lower, upper)
+        assert torch.isfinite(r.lower_slope).all() and torch.isfinite(r.upper_slope).all()
+        exact = _exact(layer)
+        for k, (a, b) in enumerate(ends):
+            for z in (-1e30, -50.0, -3.0, 0.7, 2.0, 60.0, 1e30):
+                y = exact(mpmath.mpf(z)) if a <= z <= b else None
+                if y is None:
+                    continue
+                below = [float(x[0, k]) for x in (r.lower_slope, r.lower_intercept)]
+                above = [float(x[0, k]) for x in (r.upper_slope, r.upper_intercept)]
+                assert float(lo[0, k]) <= y <= float(hi[0, k])
+                assert below[1] == -inf or mpmath.mpf(below[0]) * z + mpmath.mpf(below[1]) <= y
+                assert above[1] == inf or y <= mpmath.mpf(above[0]) * z + mpmath.mpf(above[1])
