@@ -45,12 +45,15 @@ from assay.bounds.rules.base import LIBM_ULPS, Relaxation, ulp_margin, widen
 from assay.bounds.rules.shapes import chord_slope
 
 __all__ = ["Curve", "clear_point", "clear_concave", "upper_line", "lower_line", "relax_s_curve",
-           "monotone_interval", "split_alpha", "unbounded_where", "SEARCH_STEPS"]
+           "monotone_interval", "split_alpha", "unbounded_where"]
 
-# Bisection steps for the touching point of a tangent through an interval's end, run in float64:
-# the bracket shrinks to 2⁻⁴⁸ of the interval, below float64 resolution for every width that
-# matters (and the result is only ever a choice of slope: see the module docstring).
-SEARCH_STEPS = 48
+
+
+def _search_steps(dtype: torch.dtype) -> int:
+    """Bisection steps for the touching point of a tangent through an interval's end: the bracket
+    shrinks to 2⁻²⁵ (float32) or 2⁻⁵⁴ (float64) of the interval, below the dtype's resolution
+    (and the result is only ever a choice of slope: see the module docstring)."""
+    return round(-math.log2(torch.finfo(dtype).eps)) + 2
 
 
 @dataclass(frozen=True)
@@ -124,17 +127,17 @@ def _touching_point(curve: Curve, anchor: torch.Tensor, lo: torch.Tensor, hi: to
     ``d`` in ``[lo, hi]`` of the tangent through ``(anchor, f(anchor))`` — the tangent at t, read at
     the anchor, rises with t, so bisect for where it reaches ``f(anchor)`` — and whether the
     tangent at ``hi`` already reaches it (else no tangent through the anchor touches inside).
-    Float64, no gradient; the returned point is a guess (callers clear the line whatever it is).
+    In the tensors' dtype, without gradient; the returned point is a guess (callers clear the
+    line whatever it is).
     """
     with torch.no_grad():
-        anchor, lo, hi = (x.detach().to(torch.float64) for x in (anchor, lo, hi))
         f_anchor = curve.value(anchor)
 
         def reaches(t):
             return curve.value(t) + curve.slope(t) * (anchor - t) >= f_anchor
 
         found = reaches(hi)
-        for _ in range(SEARCH_STEPS):
+        for _ in range(_search_steps(anchor.dtype)):
             middle = lo + (hi - lo) / 2
             up = reaches(middle)
             hi = torch.where(up, middle, hi)
@@ -165,13 +168,12 @@ def upper_line(curve: Curve, inflection, lower: torch.Tensor, upper: torch.Tenso
 
     # the concave part [start, upper] and the touching point in it
     start = torch.where(concave | convex, lower, c)
-    if bool(across.any()):
-        d, found = _touching_point(curve, torch.where(across, lower, -torch.ones_like(lower)),
-                                   torch.where(across, c, torch.zeros_like(c)), torch.where(across, upper, torch.ones_like(upper)))
-        d = d.to(lower.dtype)
-        tangent_across = across & found
-    else:
-        d, tangent_across = lower, across
+    d, found = torch.zeros_like(lower), torch.zeros_like(across)
+    if bool(across.any()):  # search only where the interval crosses the inflection point
+        with torch.no_grad():
+            d[across], found[across] = _touching_point(curve, lower.detach()[across], c.detach()[across],
+                                                       upper.detach()[across])
+    tangent_across = across & found
     base = torch.where(tangent_across, d, lower)
     default = torch.where(tangent_across, torch.zeros_like(lower), torch.full_like(lower, 0.5))
     a = default if alpha is None else alpha
