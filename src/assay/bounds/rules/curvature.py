@@ -48,7 +48,6 @@ __all__ = ["Curve", "clear_point", "clear_concave", "upper_line", "lower_line", 
            "monotone_interval", "split_alpha", "unbounded_where"]
 
 
-
 def _search_steps(dtype: torch.dtype) -> int:
     """Bisection steps for the touching point of a tangent through an interval's end: the bracket
     shrinks to 2⁻²⁵ (float32) or 2⁻⁵⁴ (float64) of the interval, below the dtype's resolution
