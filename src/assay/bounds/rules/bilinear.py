@@ -21,9 +21,9 @@ sums over ``k``, over outputs and over broadcast dimensions) is a dot product of
 ``R = Σ_out |A|·(|x|max · |z|max)``, so ``rounding = 4·γ_N·R`` plus an underflow allowance.
 
 **Div.** ``a / b = a · r`` with ``r = 1/b ∈ [1/bu, 1/bl]`` (widened) where ``b``'s interval
-excludes 0: McCormick on ``(a, r)``, then ``r``'s coefficients cross a line pair of ``1/b``
-(convex for ``b > 0``: tangent below at ``t = bl + α₂·(bu − bl)``, default the midpoint, and the
-chord above; mirrored for ``b < 0``). Where ``b``'s interval contains 0 the quotient is
+excludes 0: McCormick on ``(a, r)``, then ``r``'s coefficients cross the relaxation of ``1/b``
+of the rule registered for ``Reciprocal`` (convex for ``b > 0``: tangent below at
+``t = bl + α₂·(bu − bl)``, default the midpoint, and the chord above; mirrored for ``b < 0``). Where ``b``'s interval contains 0 the quotient is
 unbounded: its interval is ``[−inf, inf]`` and every row with a non-zero coefficient on such an
 output gets the trivial bound (offset ``−inf``), never a finite one.
 """
@@ -35,13 +35,15 @@ from typing import ClassVar
 
 import torch
 
-from assay.bounds.rules import register
-from assay.bounds.rules.base import ElementwiseRule, MultiInputRule, Relaxation, ulp_margin, widen
+from assay.bounds.rules import register, rule_for
+from assay.bounds.rules.base import ElementwiseRule, MultiInputRule, widen
 from assay.bounds.rules.multi import aligned_bounds, gamma, interval_sum, product_corners, settled, sum_to, underflow
-from assay.bounds.rules.shapes import line_above_convex, tangent_below_convex
+from assay.nn.ops.activation import Reciprocal
 from assay.nn.ops.arith import Binary, MatMul
 
 __all__ = ["Product", "Quotient", "MatrixProduct"]
+
+_RECIPROCAL = Reciprocal()
 
 
 def _alpha(alpha, index: int, A: torch.Tensor, default: float) -> torch.Tensor:
@@ -119,30 +121,6 @@ class Product(MultiInputRule):
         return settled(*_product_crossing(A, x, z, alpha))
 
 
-def _reciprocal_relaxation(lower: torch.Tensor, upper: torch.Tensor, alpha: torch.Tensor) -> Relaxation:
-    """Lines below and above ``1/b`` on ``[lower, upper]`` not containing 0: for ``b > 0`` (convex)
-    the tangent at ``t = lower + α·(upper − lower)`` below and the chord above; for ``b < 0``
-    (concave) the same for ``h = −1/b``, negated. Sound in floating point (see shapes.py)."""
-    negative = upper < 0
-    sign = torch.where(negative, -torch.ones_like(lower), torch.ones_like(lower))
-    point = (lower + alpha * (upper - lower)).clamp(min=lower, max=upper)
-    # h = sign/b is convex on the interval, h' = −sign/b²
-    h_lower, h_upper, h_point = sign / lower, sign / upper, sign / point
-    chord_slope, chord_intercept = line_above_convex(lower, upper, h_lower, h_upper)
-    derivative = -sign * (h_point * h_point)  # −sign/b², without overflowing b²
-    tangent_slope, tangent_intercept = tangent_below_convex(point, h_point, derivative, lower, upper)
-    # a subnormal slope has lost its relative precision (the tangent's margin assumes it): there
-    # the constant line at h's smallest value on the interval is the sound lower line
-    flat = derivative.abs() < torch.finfo(derivative.dtype).tiny
-    smallest = torch.minimum(h_lower, h_upper)
-    smallest = smallest - ulp_margin(smallest.abs(), 2)
-    tangent_slope = torch.where(flat, torch.zeros_like(tangent_slope), tangent_slope)
-    tangent_intercept = torch.where(flat, smallest, tangent_intercept)
-    below = torch.where(negative, -chord_slope, tangent_slope), torch.where(negative, -chord_intercept, tangent_intercept)
-    above = torch.where(negative, -tangent_slope, chord_slope), torch.where(negative, -tangent_intercept, chord_intercept)
-    return Relaxation(below[0], below[1], above[0], above[1])
-
-
 def _reciprocal_interval(lower, upper):
     """``[1/upper, 1/lower]`` widened for the division's rounding (1/b is decreasing on each side
     of 0); only meaningful where the interval excludes 0."""
@@ -189,7 +167,8 @@ class Quotient(MultiInputRule):
             ends = bl.unsqueeze(1).expand_as(point), bu.unsqueeze(1).expand_as(point)
         else:
             ends = bl, bu
-        relaxation = _reciprocal_relaxation(*ends, point)
+        share = point.expand_as(ends[0])  # the tangent point's α (the chord side ignores it)
+        relaxation = rule_for(_RECIPROCAL).relax(_RECIPROCAL, *ends, (share, share))
         crossed = ElementwiseRule().cross(relaxation, on_r, bl, bu)
         total = offset + crossed.offset
         with torch.no_grad():
