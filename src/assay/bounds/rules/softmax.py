@@ -13,10 +13,14 @@
   - a mean-value linearisation at ``c = l + α·(u − l)`` (α = ½, the centre, by default;
     ``parameters = 1``, any α sound): ``A·y(x) = A·y(c) + g(ξ)·(x − c)`` for some ``ξ`` in the
     box, where ``g_j = ∂(A·y)/∂x_j = y_j·(A_j − A·y)``. With ``g₀ = g(c)`` as coefficients,
-    ``A·y(x) ≥ A·y(c) + g₀·(x − c) − Σ_j D_j·|x_j − c_j|``, ``D_j`` the largest distance from
-    ``g₀_j`` to an enclosure of ``g_j`` over the box (from the interval of ``y`` and of
-    ``A·y``). The remainder is second order in the box's width, so small boxes get near-exact
-    slopes; wide ones fall back to the interval.
+    ``A·y(x) ≥ A·y(c) + g₀·(x − c) − remainder``, the smaller of two bounds of the remainder:
+    the mean-value one ``Σ_j D_j·r_j`` (``D_j`` the largest distance from ``g₀_j`` to an
+    enclosure of ``g_j`` over the box, from the intervals of ``y`` and ``A·y``; ``r_j`` the
+    largest ``|x_j − c_j|``) and Taylor's ``½·Σ_jk |H_jk|·r_j·r_k`` with an O(n) bound of the
+    Hessian of ``A·y`` over the box (plus the float ``g₀``'s distance from the exact gradient at
+    ``c``). Both are second order in the box's width, so small boxes get near-exact slopes
+    (width 1e-3, n = 8: about 1e-6 below the true minimum, against 5e-4 for the interval); from a
+    width of about 0.3 the interval wins and is taken.
 
 The enclosure of ``y(c)`` at the point is computed the same way as the interval, in O(n).
 """
