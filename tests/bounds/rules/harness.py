@@ -279,13 +279,16 @@ def check_multi_input(rule, layer, exact: Callable, boxes: Sequence[Sequence[tup
 
 
 def alpha_gradients(rule, layer, inputs, A: torch.Tensor, value: float = 0.5) -> list[torch.Tensor]:
-    """The gradients of the summed bound ``offset − rounding`` (coefficients taken at the lower
-    ends of the inputs) with respect to each of the rule's alphas, set to ``value`` per row and
-    output: what α-CROWN follows. Tests check they are finite and not all zero."""
+    """The gradients of the summed bound ``offset − rounding`` plus the coefficients taken at the
+    inputs' lower ends (and of the interval's ends) with respect to each of the rule's alphas,
+    set to ``value`` per row and output, then to every input bound: what α-CROWN follows (it
+    tunes the alphas of earlier layers through the bounds too). Tests check they are finite."""
+    inputs = [(lower.detach().clone().requires_grad_(), upper.detach().clone().requires_grad_()) for lower, upper in inputs]
     alphas = tuple(torch.full(A.shape, value, dtype=A.dtype, requires_grad=True) for _ in range(rule.parameters))
     crossing = rule.backward(layer, A, inputs, alphas)
     bound = crossing.offset - crossing.rounding
     for c, (lower, _) in zip(crossing.coefficients, inputs):
         bound = bound + (c * lower.unsqueeze(1)).reshape(c.shape[0], c.shape[1], -1).sum(-1)
-    bound.sum().backward()
-    return [a.grad for a in alphas]
+    lo, hi = rule.interval(layer, inputs)
+    (bound.sum() + lo.sum() - hi.sum()).backward()
+    return [a.grad for a in alphas] + [end.grad for pair in inputs for end in pair]

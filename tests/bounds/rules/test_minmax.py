@@ -48,7 +48,9 @@ def test_two_inputs_over_dominated_overlapping_tiny_and_straddling_boxes(rng, ki
              [box(rng, shape, 3.0, 0.5), box(rng, shape, -3.0, 0.5)],  # one dominates
              [tiny(rng, shape), tiny(rng, shape)],
              [box(rng, shape, 0.0, 3.0), box(rng, shape, 0.0, 0.01)],
-             [(np.zeros(shape), np.zeros(shape)), box(rng, shape)]]
+             [(np.zeros(shape), np.zeros(shape)), box(rng, shape)],
+             [tuple(1e30 * e for e in box(rng, shape)), tuple(1e30 * e for e in box(rng, shape))],
+             [tuple(1e-30 * e for e in box(rng, shape)), tuple(1e-30 * e for e in box(rng, shape))]]
     assert isinstance(rule_for(layer), Extremum)
     assert check_multi_input(rule_for(layer), layer, exact(kind), boxes) > 0
 
@@ -95,5 +97,6 @@ def test_alpha_steers_the_lower_side():
     layer = MinMax("Max")
     x, z = torch.randn(1, 4, dtype=torch.float64), torch.randn(1, 4, dtype=torch.float64)
     inputs = [(x - 1.0, x + 1.0), (z - 1.0, z + 1.0)]
-    grad, = alpha_gradients(rule_for(layer), layer, inputs, torch.rand(1, 2, 4, dtype=torch.float64))
+    grad, *bounds = alpha_gradients(rule_for(layer), layer, inputs, torch.rand(1, 2, 4, dtype=torch.float64))
     assert torch.isfinite(grad).all() and (grad != 0).any()
+    assert all(g is not None and torch.isfinite(g).all() for g in bounds)

@@ -41,7 +41,7 @@ def test_softmax_over_wide_tiny_and_large_boxes(rng):
     layer = Softmax(0)
     assert isinstance(rule_for(layer), SoftmaxRule)
     boxes = [[box(rng, (4,))], [tiny(rng, (4,))], [box(rng, (4,), width=0.05)], [box(rng, (4,), width=0.2)],
-             [(np.array([0.0, 0.1, -0.1, 0.05]) - 0.1, np.array([0.0, 0.1, -0.1, 0.05]) + 0.1)], [box(rng, (4,), scale=30.0)],
+             [(np.array([0.0, 0.1, -0.1, 0.05]) - 0.1, np.array([0.0, 0.1, -0.1, 0.05]) + 0.1)], [box(rng, (4,), scale=30.0)], [box(rng, (4,), scale=1e30)], [box(rng, (4,), scale=1e-30)],
              [box(rng, (4,), width=0.0)], [(np.array([-1.0, 0.0, 50.0, 49.0]), np.array([1.0, 0.5, 60.0, 49.5]))]]
     assert check_multi_input(rule_for(layer), layer, exact(0), boxes) > 0
 
@@ -87,5 +87,6 @@ def test_alpha_moves_the_expansion_point():
     torch.manual_seed(0)
     layer = Softmax(0)
     x = torch.randn(1, 5, dtype=torch.float64)
-    grad, = alpha_gradients(rule_for(layer), layer, [(x - 0.01, x + 0.01)], torch.randn(1, 2, 5, dtype=torch.float64))
+    grad, *bounds = alpha_gradients(rule_for(layer), layer, [(x - 0.01, x + 0.01)], torch.randn(1, 2, 5, dtype=torch.float64))
     assert torch.isfinite(grad).all() and (grad != 0).any()
+    assert all(g is not None and torch.isfinite(g).all() for g in bounds)
