@@ -37,24 +37,13 @@ import torch
 
 from assay.bounds.rules import register, rule_for
 from assay.bounds.rules.base import ElementwiseRule, MultiInputRule, widen
-from assay.bounds.rules.multi import aligned_bounds, gamma, interval_sum, product_corners, settled, sum_to, underflow
+from assay.bounds.rules.multi import aligned_bounds, gamma, interval_sum, parameter, product_corners, settled, sum_to, underflow
 from assay.nn.ops.activation import Reciprocal
 from assay.nn.ops.arith import Binary, MatMul
 
 __all__ = ["Product", "Quotient", "MatrixProduct"]
 
 _RECIPROCAL = Reciprocal()
-
-
-def _alpha(alpha, index: int, A: torch.Tensor, default: float) -> torch.Tensor:
-    """The ``index``-th optimisable parameter as a tensor broadcastable to ``A`` (B, S, *out),
-    clamped to [0, 1] (any α there is sound); ``default`` where none is given."""
-    if alpha is None:
-        return torch.full((), default, dtype=A.dtype, device=A.device)
-    a = alpha[index].to(A.dtype).clamp(0.0, 1.0)
-    if a.dim() == A.dim() - 1:  # per output, shared by the rows
-        a = a.unsqueeze(1)
-    return a
 
 
 def _weights(A: torch.Tensor, alpha: torch.Tensor):
@@ -80,7 +69,7 @@ def _product_crossing(A, x, z, alpha):
     shapes = [tuple(x[0].shape[1:]), tuple(z[0].shape[1:])]
     (xl, xu), (zl, zu) = aligned_bounds([x, z])
     xl, xu, zl, zu = (t.unsqueeze(1) for t in (xl, xu, zl, zu))  # (B, 1, *aligned)
-    ll, uu, lu, ul = _weights(A, _alpha(alpha, 0, A, 1.0))
+    ll, uu, lu, ul = _weights(A, parameter(alpha, 0, A, 1.0))
     on_x = (ll + ul) * zl + (uu + lu) * zu
     on_z = (ll + lu) * xl + (uu + ul) * xu
     # a weight of 0 times an infinite bound is 0, not NaN: only used planes count
@@ -180,19 +169,18 @@ class Quotient(MultiInputRule):
     @staticmethod
     def _tangent_alpha(alpha, A, bl):
         """The tangent point's α per element of ``b``: (B, *b), or (B, S, *b) when α is per row
-        (and whether it is); the mean of α over the outputs an element of ``b`` reaches (any value in [0, 1] is sound)."""
-        if alpha is None:
-            return torch.full((), 0.5, dtype=A.dtype, device=A.device), False
-        a = alpha[1].to(A.dtype).clamp(0.0, 1.0)
-        per_row = a.dim() == A.dim()
-        a = a.expand(A.shape if per_row else (A.shape[0], *A.shape[2:]))
-        lead = 2 if per_row else 1
+        (and whether it is); the mean of α over the outputs an element of ``b`` reaches (any
+        value in [0, 1] is sound)."""
+        a = parameter(alpha, 1, A, 0.5)
+        per_row = a.shape[1] != 1
+        a = a.expand(A.shape[0], a.shape[1], *A.shape[2:])
         b_shape = tuple(bl.shape[1:])
         aligned = (1,) * (A.dim() - 2 - len(b_shape)) + b_shape
-        dims = [d + lead for d, (size, out) in enumerate(zip(aligned, A.shape[2:])) if size == 1 and out != 1]
+        dims = [d + 2 for d, (size, out) in enumerate(zip(aligned, A.shape[2:])) if size == 1 and out != 1]
         if dims:
             a = a.mean(dim=dims, keepdim=True)
-        return a.reshape(*a.shape[:lead], *b_shape), per_row
+        a = a.reshape(a.shape[0], a.shape[1], *b_shape)
+        return (a, True) if per_row else (a.squeeze(1), False)
 
 
 @register(MatMul)
@@ -213,7 +201,7 @@ class MatrixProduct(MultiInputRule):
         shapes = [tuple(x[0].shape[1:]), tuple(z[0].shape[1:])]
         (xl, xu), (zl, zu) = aligned_bounds(inputs)
         xl, xu, zl, zu = (t.unsqueeze(1) for t in (xl, xu, zl, zu))  # (B, 1, *batch, rows, cols)
-        ll, uu, lu, ul = _weights(A, _alpha(alpha, 0, A, 1.0))
+        ll, uu, lu, ul = _weights(A, parameter(alpha, 0, A, 1.0))
 
         def T(t):
             return t.transpose(-1, -2)

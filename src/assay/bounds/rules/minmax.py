@@ -30,7 +30,7 @@ import torch
 
 from assay.bounds.rules import register
 from assay.bounds.rules.base import MultiInputRule, ulp_margin
-from assay.bounds.rules.multi import aligned_bounds, gamma, settled, sum_to, underflow
+from assay.bounds.rules.multi import aligned_bounds, gamma, parameter, settled, sum_to, underflow
 from assay.nn.ops.arith import MinMax
 
 __all__ = ["Extremum"]
@@ -104,12 +104,7 @@ class Extremum(MultiInputRule):
             coefficient = sum_to(rows, aligned[0], shapes[0])
             zero = A.new_zeros(batch, n_rows)
             return settled((-coefficient if negate else coefficient,), zero, zero)
-        if alpha is None:
-            share = torch.ones((), dtype=A.dtype, device=A.device)
-        else:
-            share = alpha[0].to(A.dtype).clamp(0.0, 1.0)
-            if share.dim() == A.dim() - 1:
-                share = share.unsqueeze(1)
+        share = parameter(alpha, 0, A, 1.0)
         first, second = _top_two((L + U) / 2)
         a, b, s_a, s_b, c = _upper_plane(L, U)
         positive, negative = rows.clamp(min=0), rows.clamp(max=0)

@@ -12,7 +12,7 @@ import torch
 
 from assay.bounds.rules.base import Crossing, _gamma
 
-__all__ = ["aligned_bounds", "sum_to", "product_corners", "interval_sum", "settled", "gamma", "underflow"]
+__all__ = ["parameter", "aligned_bounds", "sum_to", "product_corners", "interval_sum", "settled", "gamma", "underflow"]
 
 
 def gamma(terms: int, dtype: torch.dtype) -> float:
@@ -24,6 +24,19 @@ def underflow(dtype: torch.dtype) -> float:
     """An absolute bound, with room to spare, on what one rounding near 0 (a product or a sum
     falling into the subnormals) can lose: the smallest normal number."""
     return float(torch.finfo(dtype).tiny)
+
+
+def parameter(alpha, index: int, A: torch.Tensor, default: float) -> torch.Tensor:
+    """The rule's ``index``-th optimisable parameter, clamped to [0, 1] (any value there is
+    sound), with ``A``'s number of dimensions: ``(B, S, *out)`` given per row, ``(B, 1, *out)``
+    given per output ``(B, *out)``, ones in front of anything shorter; ``default`` (a scalar)
+    where ``alpha`` is None."""
+    if alpha is None:
+        return torch.full((1,) * A.dim(), default, dtype=A.dtype, device=A.device)
+    a = alpha[index].to(A.dtype).clamp(0.0, 1.0)
+    if a.dim() == A.dim() - 1:  # per output, shared by the rows
+        return a.unsqueeze(1)
+    return a.reshape(*(1,) * (A.dim() - a.dim()), *a.shape)
 
 
 def aligned_bounds(inputs) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -33,7 +33,7 @@ import torch
 
 from assay.bounds.rules import register
 from assay.bounds.rules.base import MultiInputRule, ulp_margin
-from assay.bounds.rules.multi import gamma, product_corners, settled, underflow
+from assay.bounds.rules.multi import gamma, parameter, product_corners, settled, underflow
 from assay.nn.ops.softmax import Softmax
 
 __all__ = ["SoftmaxRule"]
@@ -169,13 +169,8 @@ class SoftmaxRule(MultiInputRule):
         lo, hi = box_interval(l, u)
         constant = _dot_below(positive, negative, lo, hi)  # the interval's bound, (B, S, G)
         # the mean-value linearisation at c
-        if alpha is None:
-            share = torch.full((), 0.5, dtype=A.dtype, device=A.device)
-        else:
-            share = alpha[0].to(A.dtype).clamp(0.0, 1.0)
-            if share.dim() == A.dim() - 1:
-                share = share.unsqueeze(1)
-            share = share.expand(batch, share.shape[1], *shape).movedim(dim + 1, -1).reshape(batch, share.shape[1], -1, n)
+        share = parameter(alpha, 0, A, 0.5)
+        share = share.expand(batch, share.shape[1], *shape).movedim(dim + 1, -1).reshape(batch, share.shape[1], -1, n)
         c = torch.minimum(torch.maximum(l + share * (u - l), l), u)
         yc = torch.softmax(c, -1)
         slopes = yc * (a - (a * yc).sum(-1, keepdim=True))  # g₀ (any float is sound)
