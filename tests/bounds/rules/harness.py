@@ -292,3 +292,17 @@ def alpha_gradients(rule, layer, inputs, A: torch.Tensor, value: float = 0.5) ->
     lo, hi = rule.interval(layer, inputs)
     (bound.sum() + lo.sum() - hi.sum()).backward()
     return [a.grad for a in alphas] + [end.grad for pair in inputs for end in pair]
+
+
+def runs_on_meta(rule, layer, shapes: Sequence[tuple[int, ...]], rows: int = 3) -> None:
+    """Run ``rule``'s interval and backward (default and per-row alphas) on tensors of the
+    ``meta`` device: a tensor the rule creates on the CPU by accident (a constant without
+    ``device=``) would fail to mix with them, and would fail on a GPU too."""
+    inputs = [(torch.empty(2, *s, device="meta"), torch.empty(2, *s, device="meta")) for s in shapes]
+    out = layer.forward(*[lower for lower, _ in inputs]).shape[1:]
+    A = torch.empty(2, rows, *out, device="meta")
+    lo, hi = rule.interval(layer, inputs)
+    assert lo.device.type == "meta" and hi.device.type == "meta"
+    for alpha in (None, tuple(torch.empty(2, rows, *out, device="meta") for _ in range(rule.parameters))):
+        crossing = rule.backward(layer, A, inputs, alpha)
+        assert all(t.device.type == "meta" for t in (*crossing.coefficients, crossing.offset, crossing.rounding))

@@ -11,7 +11,7 @@ import torch
 from assay.bounds.rules import rule_for
 from assay.bounds.rules.bilinear import MatrixProduct, Product, Quotient
 from assay.nn.ops.arith import Binary, MatMul
-from tests.bounds.rules.harness import alpha_gradients, check_multi_input
+from tests.bounds.rules.harness import alpha_gradients, check_multi_input, runs_on_meta
 
 MUL, DIV, MATMUL = Binary("Mul"), Binary("Div"), MatMul()
 
@@ -164,3 +164,8 @@ def test_products_that_overflow_or_underflow_stay_sound(rng, scales):
                              count=4) > 0
     divisor = box(rng, (3,), center=3.0, width=0.5, scale=sz * 100)
     assert check_multi_input(rule_for(DIV), DIV, quotient, [[box(rng, (3,), scale=sx * 100), divisor]], count=4) > 0
+
+
+@pytest.mark.parametrize("layer, shapes", [(MUL, ((2, 3), (3,))), (MATMUL, ((2, 2, 3), (3, 2)))])
+def test_rules_make_no_tensor_off_the_inputs_device(layer, shapes):
+    runs_on_meta(rule_for(layer), layer, shapes)

@@ -10,7 +10,7 @@ import torch
 from assay.bounds.rules import rule_for
 from assay.bounds.rules.minmax import Extremum
 from assay.nn.ops.arith import MinMax
-from tests.bounds.rules.harness import alpha_gradients, check_multi_input
+from tests.bounds.rules.harness import alpha_gradients, check_multi_input, runs_on_meta
 
 
 def box(rng, shape, center=0.0, width=1.0):
@@ -100,3 +100,8 @@ def test_alpha_steers_the_lower_side():
     grad, *bounds = alpha_gradients(rule_for(layer), layer, inputs, torch.rand(1, 2, 4, dtype=torch.float64))
     assert torch.isfinite(grad).all() and (grad != 0).any()
     assert all(g is not None and torch.isfinite(g).all() for g in bounds)
+
+
+def test_rule_makes_no_tensor_off_the_inputs_device():
+    layer = MinMax("Min", constant=torch.tensor([0.0, 1.0, 2.0]))
+    runs_on_meta(rule_for(layer), layer, [(3,), (2, 3)])

@@ -10,7 +10,7 @@ import torch
 from assay.bounds.rules import rule_for
 from assay.bounds.rules.softmax import SoftmaxRule
 from assay.nn.ops.softmax import Softmax
-from tests.bounds.rules.harness import alpha_gradients, check_multi_input
+from tests.bounds.rules.harness import alpha_gradients, check_multi_input, runs_on_meta
 
 
 def box(rng, shape, center=0.0, width=1.0, scale=1.0):
@@ -90,3 +90,7 @@ def test_alpha_moves_the_expansion_point():
     grad, *bounds = alpha_gradients(rule_for(layer), layer, [(x - 0.01, x + 0.01)], torch.randn(1, 2, 5, dtype=torch.float64))
     assert torch.isfinite(grad).all() and (grad != 0).any()
     assert all(g is not None and torch.isfinite(g).all() for g in bounds)
+
+
+def test_rule_makes_no_tensor_off_the_inputs_device():
+    runs_on_meta(rule_for(Softmax(1)), Softmax(1), [(2, 3)])
