@@ -89,6 +89,9 @@ def test_div_by_an_interval_containing_zero_is_unbounded_and_stays_sound(rng):
     a = box(rng, (3,))
     b = (np.array([-1.0, 0.0, 1.0]), np.array([1.0, 2.0, 2.0]))  # 0 inside, 0 at the end, positive
     assert check_multi_input(rule_for(DIV), DIV, quotient, [[a, b]]) > 0
+    # broadcast both ways: the divisor's first column reaches 0 and is shared by both rows of a
+    wide = (np.array([[-1.0, 1.0, 2.0]]), np.array([[1.0, 2.0, 3.0]]))
+    assert check_multi_input(rule_for(DIV), DIV, quotient, [[box(rng, (2, 1)), wide]], count=4) > 0
     inputs = [(torch.tensor(a[0])[None], torch.tensor(a[1])[None]), (torch.tensor(b[0])[None], torch.tensor(b[1])[None])]
     lo, hi = rule_for(DIV).interval(DIV, inputs)
     assert lo[0, :2].tolist() == [-math.inf, -math.inf] and hi[0, :2].tolist() == [math.inf, math.inf]
