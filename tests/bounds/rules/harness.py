@@ -194,7 +194,9 @@ def check_multi_input(rule, layer, exact: Callable, boxes: Sequence[Sequence[tup
     At every point of :func:`joint_samples` it checks ``lo ≤ y ≤ hi`` and, for ``rows`` rows
     ``A`` of both signs (zeros included) and every alpha (a constant in [0, 1], ``"random"``: an
     independent value per row and output), ``Σ_k coefficients_k · x_k + offset − rounding ≤ A·y``,
-    all in mpmath. Returns the number of checks; raises AssertionError at the first violation.
+    all exactly: a float64 evaluation whose gap is far above its own error bound proves an
+    inequality, any closer call is decided in mpmath. Returns the number of checks; raises
+    AssertionError at the first violation.
     """
     rng = np.random.default_rng(seed)
     checked = 0
