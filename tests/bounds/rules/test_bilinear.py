@@ -62,7 +62,7 @@ def test_mul_over_wide_tiny_and_straddling_boxes(rng):
 @pytest.mark.parametrize("shapes", [((2, 3), (3,)), ((3,), (2, 1)), ((2, 1, 3), (4, 1)), ((1,), (2, 2))])
 def test_mul_broadcasts_as_onnx(rng, shapes):
     boxes = [[box(rng, shapes[0]), straddling(rng, shapes[1])], [tiny(rng, shapes[0]), box(rng, shapes[1], 1.0)]]
-    assert check_multi_input(rule_for(MUL), MUL, product, boxes) > 0
+    assert check_multi_input(rule_for(MUL), MUL, product, boxes, alphas=(None, 0.3, "random")) > 0
 
 
 @pytest.mark.parametrize("shapes", [((2, 3), (3, 4)), ((2, 2, 3), (2, 3, 2)), ((1, 2, 3), (2, 3, 2)), ((2, 2, 3), (3, 1))])
@@ -162,11 +162,12 @@ def test_products_that_overflow_or_underflow_stay_sound(rng, scales):
     """float32 products of 1e20s overflow, of 1e-25s fall into the subnormals; a divisor near
     3e22 has a subnormal 1/b² (the tangent falls back to a flat line there)."""
     sx, sz = scales
-    assert check_multi_input(rule_for(MUL), MUL, product, [[box(rng, (3,), scale=sx), box(rng, (3,), scale=sz)]], count=4) > 0
+    few = {"count": 4, "alphas": (None, "random")}
+    assert check_multi_input(rule_for(MUL), MUL, product, [[box(rng, (3,), scale=sx), box(rng, (3,), scale=sz)]], **few) > 0
     assert check_multi_input(rule_for(MATMUL), MATMUL, np.matmul, [[box(rng, (2, 2), scale=sx), box(rng, (2, 2), scale=sz)]],
-                             count=4) > 0
+                             **few) > 0
     divisor = box(rng, (3,), center=3.0, width=0.5, scale=sz * 100)
-    assert check_multi_input(rule_for(DIV), DIV, quotient, [[box(rng, (3,), scale=sx * 100), divisor]], count=4) > 0
+    assert check_multi_input(rule_for(DIV), DIV, quotient, [[box(rng, (3,), scale=sx * 100), divisor]], **few) > 0
 
 
 @pytest.mark.parametrize("layer, shapes", [(MUL, ((2, 3), (3,))), (MATMUL, ((2, 2, 3), (3, 2)))])
