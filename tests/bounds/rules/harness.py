@@ -308,3 +308,22 @@ def runs_on_meta(rule, layer, shapes: Sequence[tuple[int, ...]], rows: int = 3) 
     for alpha in (None, tuple(torch.empty(2, rows, *out, device="meta") for _ in range(rule.parameters))):
         crossing = rule.backward(layer, A, inputs, alpha)
         assert all(t.device.type == "meta" for t in (*crossing.coefficients, crossing.offset, crossing.rounding))
+
+
+def check_unbounded_inputs(rule, layer, shapes: Sequence[tuple[int, ...]], rows: int = 3) -> None:
+    """Inputs whose first element has no lower bound and whose last has no upper bound: the
+    interval has no NaN and ``lo ≤ hi``, and the crossing's coefficients and rounding are
+    finite and its offsets finite or ``−inf`` (never NaN, never ``+inf``), in both dtypes."""
+    for dtype in DTYPES:
+        inputs = []
+        for shape in shapes:
+            lower, upper = torch.ones(1, *shape, dtype=dtype), torch.full((1, *shape), 2.0, dtype=dtype)
+            lower.view(-1)[0], upper.view(-1)[-1] = -math.inf, math.inf
+            inputs.append((lower, upper))
+        out = layer.forward(*[lower for lower, _ in inputs]).shape[1:]
+        lo, hi = rule.interval(layer, inputs)
+        assert not torch.isnan(lo).any() and not torch.isnan(hi).any() and (lo <= hi).all(), (lo, hi)
+        A = torch.tensor(np.random.default_rng(0).normal(size=(1, rows, *out)), dtype=dtype)
+        crossing = rule.backward(layer, A, inputs)
+        assert all(torch.isfinite(c).all() for c in crossing.coefficients) and torch.isfinite(crossing.rounding).all()
+        assert not torch.isnan(crossing.offset).any() and not (crossing.offset == math.inf).any()

@@ -11,7 +11,7 @@ import torch
 from assay.bounds.rules import rule_for
 from assay.bounds.rules.bilinear import MatrixProduct, Product, Quotient
 from assay.nn.ops.arith import Binary, MatMul
-from tests.bounds.rules.harness import alpha_gradients, check_multi_input, runs_on_meta
+from tests.bounds.rules.harness import alpha_gradients, check_multi_input, check_unbounded_inputs, runs_on_meta
 
 MUL, DIV, MATMUL = Binary("Mul"), Binary("Div"), MatMul()
 
@@ -173,3 +173,8 @@ def test_products_that_overflow_or_underflow_stay_sound(rng, scales):
 @pytest.mark.parametrize("layer, shapes", [(MUL, ((2, 3), (3,))), (MATMUL, ((2, 2, 3), (3, 2)))])
 def test_rules_make_no_tensor_off_the_inputs_device(layer, shapes):
     runs_on_meta(rule_for(layer), layer, shapes)
+
+
+@pytest.mark.parametrize("layer, shapes", [(MUL, ((3,), (3,))), (DIV, ((3,), (3,))), (MATMUL, ((2, 3), (3, 2)))])
+def test_unbounded_inputs_give_trivial_bounds_not_nan(layer, shapes):
+    check_unbounded_inputs(rule_for(layer), layer, shapes)

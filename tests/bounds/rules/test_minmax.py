@@ -10,7 +10,7 @@ import torch
 from assay.bounds.rules import rule_for
 from assay.bounds.rules.minmax import Extremum
 from assay.nn.ops.arith import MinMax
-from tests.bounds.rules.harness import alpha_gradients, check_multi_input, runs_on_meta
+from tests.bounds.rules.harness import alpha_gradients, check_multi_input, check_unbounded_inputs, runs_on_meta
 
 
 def box(rng, shape, center=0.0, width=1.0):
@@ -105,3 +105,8 @@ def test_alpha_steers_the_lower_side():
 def test_rule_makes_no_tensor_off_the_inputs_device():
     layer = MinMax("Min", constant=torch.tensor([0.0, 1.0, 2.0]))
     runs_on_meta(rule_for(layer), layer, [(3,), (2, 3)])
+
+
+@pytest.mark.parametrize("kind", ["Max", "Min"])
+def test_unbounded_inputs_give_trivial_bounds_not_nan(kind):
+    check_unbounded_inputs(rule_for(MinMax(kind)), MinMax(kind), [(3,), (3,)])

@@ -10,7 +10,7 @@ import torch
 from assay.bounds.rules import rule_for
 from assay.bounds.rules.softmax import SoftmaxRule
 from assay.nn.ops.softmax import Softmax
-from tests.bounds.rules.harness import alpha_gradients, check_multi_input, runs_on_meta
+from tests.bounds.rules.harness import alpha_gradients, check_multi_input, check_unbounded_inputs, runs_on_meta
 
 
 def box(rng, shape, center=0.0, width=1.0, scale=1.0):
@@ -94,3 +94,7 @@ def test_alpha_moves_the_expansion_point():
 
 def test_rule_makes_no_tensor_off_the_inputs_device():
     runs_on_meta(rule_for(Softmax(1)), Softmax(1), [(2, 3)])
+
+
+def test_unbounded_inputs_give_trivial_bounds_not_nan():
+    check_unbounded_inputs(rule_for(Softmax(0)), Softmax(0), [(3,)])
