@@ -15,10 +15,13 @@ coefficient a sum of two matrix products.
 
 **Floating point.** The planes' slopes are the input bounds themselves (exact); the weights
 ``p = A·α`` and ``q = A − p`` are rounded, so ``A·x·z`` is split exactly into ``p·x·z + q·x·z``
-plus a remainder ``|A − p − q|·|x·z| ≤ u·|A|·|x|·|z|``. Every other rounding (the products, the
-sums over ``k``, over outputs and over broadcast dimensions) is a dot product of at most
-``N = 2·(outputs) + 2·k + 10`` terms whose magnitudes are bounded by
-``R = Σ_out |A|·(|x|max · |z|max)``, so ``rounding = 4·γ_N·R`` plus an underflow allowance.
+plus a remainder ``|A − p − q|·|x·z| ≤ u·|A|·|x|·|z|``. Every other rounding is that of a sum
+of products whose magnitudes add up to at most ``R = Σ_out |A|·(|x|max · |z|max)`` once weighted
+by the inputs: a coefficient on x sums the ``c_x`` outputs it reaches (``c_x = 2·m·``broadcast
+for ``MatMul``), one on z ``c_z``, the offset sums ``k``-term products over all outputs. So
+``rounding = (γ_{c_x+3} + γ_{c_z+3} + γ_{k+outputs+6} + γ_2)·R`` plus an underflow allowance
+(the γ of :func:`~assay.bounds.rules.multi.gamma` is twice the textbook one, which also covers
+the rounding of ``R`` itself).
 
 **Div.** ``a / b = a · r`` with ``r = 1/b ∈ [1/bu, 1/bl]`` (widened) where ``b``'s interval
 excludes 0: McCormick on ``(a, r)``, then ``r``'s coefficients cross the relaxation of ``1/b``
@@ -80,7 +83,9 @@ def _product_crossing(A, x, z, alpha):
         mx, mz = _magnitude(xl, xu), _magnitude(zl, zu)
         R = (A.abs() * mx * mz).reshape(A.shape[0], A.shape[1], -1).sum(-1)
         spill = ((1 + mx + mz) * torch.ones_like(A)).reshape(A.shape[0], A.shape[1], -1).sum(-1)
-        rounding = 4 * gamma(2 * outputs + 12, A.dtype) * R + 16 * underflow(A.dtype) * spill
+        reach_x, reach_z = outputs // max(1, xl[0, 0].numel()), outputs // max(1, zl[0, 0].numel())
+        share = gamma(reach_x + 3, A.dtype) + gamma(reach_z + 3, A.dtype) + gamma(outputs + 7, A.dtype) + gamma(2, A.dtype)
+        rounding = share * R + 16 * underflow(A.dtype) * spill
     coefficients = (sum_to(on_x, xl.shape[2:], shapes[0]), sum_to(on_z, zl.shape[2:], shapes[1]))
     return coefficients, offset, rounding
 
@@ -216,6 +221,11 @@ class MatrixProduct(MultiInputRule):
             R = (A.abs() * mx.matmul(mz)).reshape(A.shape[0], A.shape[1], -1).sum(-1)
             spill = ((1 + inner * (1 + mx.amax(-1, keepdim=True) + mz.amax(-2, keepdim=True))) * torch.ones_like(A))
             spill = spill.reshape(A.shape[0], A.shape[1], -1).sum(-1)
-            rounding = 4 * gamma(2 * outputs + 2 * inner + 12, A.dtype) * R + 16 * underflow(A.dtype) * spill
+            rows_x, cols_z = xl.shape[-2], zl.shape[-1]
+            reach_x = 2 * cols_z * (outputs // max(1, cols_z * xl[0, 0].numel() // inner))  # 2·m·broadcast
+            reach_z = 2 * rows_x * (outputs // max(1, rows_x * zl[0, 0].numel() // inner))
+            share = gamma(reach_x + 3, A.dtype) + gamma(reach_z + 3, A.dtype) + gamma(inner + outputs + 6, A.dtype) \
+                + gamma(2, A.dtype)
+            rounding = share * R + 16 * underflow(A.dtype) * spill
         coefficients = (sum_to(on_x, xl.shape[2:], shapes[0]), sum_to(on_z, zl.shape[2:], shapes[1]))
         return settled(coefficients, offset, rounding)

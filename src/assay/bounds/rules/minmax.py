@@ -17,9 +17,10 @@
   the other inputs (slope 0) included, so the plane is sound for the float slopes as stored and
   touches ``y`` at the box's corners ``(u_a, l_b)`` and ``(l_a, u_b)``.
 
-Rounding: the weights ``α·A``, ``A − α·A`` and ``A·s`` are products, the coefficients sums over
-outputs and broadcast dimensions, the offset a sum of ``A·c``: all bounded by
-``4·γ_N·Σ_out |A|·(2·M + |c|)`` with ``M`` the largest input magnitude of the output.
+Rounding: the weights ``α·A``, ``A − α·A`` and ``A·s`` are products, a coefficient sums the
+``b`` outputs its input is broadcast to, the offset sums ``A·c`` over all outputs: with ``M`` the
+largest input magnitude of an output, all of it is within
+``(γ_{b+3} + γ_{outputs+4} + γ_2)·Σ_out |A|·(2·M + |c|)``.
 """
 
 from __future__ import annotations
@@ -129,7 +130,9 @@ class Extremum(MultiInputRule):
             scale = torch.where(used, rows.abs() * (2 * M + c.abs().unsqueeze(1)), torch.zeros_like(rows))
             spill = torch.where(used, 1 + M, torch.zeros_like(rows))
             outputs = A[0, 0].numel()
-            rounding = 4 * gamma(2 * outputs + 8, A.dtype) * scale.reshape(batch, n_rows, -1).sum(-1) \
+            reach = outputs // max(1, min(int(torch.Size(shape).numel()) for shape in aligned))
+            share = gamma(reach + 3, A.dtype) + gamma(outputs + 4, A.dtype) + gamma(2, A.dtype)
+            rounding = share * scale.reshape(batch, n_rows, -1).sum(-1) \
                 + 16 * underflow(A.dtype) * spill.reshape(batch, n_rows, -1).sum(-1)
         if negate:
             coefficients = tuple(-coefficient for coefficient in coefficients)
