@@ -13,8 +13,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from typer.testing import CliRunner
 
 import assay.nn.reference as reference
+from assay.cli.main import app
 from assay.nn import load
 from assay.run.vnncomp import Instance, verify_instance
 from assay.sets import read_vnnlib
@@ -99,6 +101,14 @@ def test_the_reason_reaches_the_competition_answer_and_the_instances_row(tiny, m
     assert answer.word == "unknown" and "onnxruntime" in answer.reason
     row = verify_instance(Instance(str(model), str(prop), 30.0, model, prop, 1))
     assert row["status"] == "unknown" and "onnxruntime" in row["reason"]
+
+
+def test_the_command_line_says_why(tiny, monkeypatch):
+    model, prop = tiny
+    shifted_runner(monkeypatch, lambda y: y - 10.0)
+    result = CliRunner().invoke(app, ["verify", str(model), str(prop), "--timeout", "30"])
+    assert result.exit_code == 20 and "unknown" in result.output
+    assert "does not violate the property" in " ".join(result.output.split())
 
 
 def test_an_online_step_is_not_violated_when_onnxruntime_disagrees(tiny, monkeypatch):
