@@ -431,9 +431,14 @@ def summary(collection: Path) -> tuple[str, dict]:
             "complete", "instances", "total_instances", "limit", "timeout_scale", "assay", "best_published",
             "second_published", "errors")} | {"contradictions": len(run["disagreements"])}
         note = "" if run["complete"] else "run in progress; "
+        if run.get("timeout_scale", 1.0) != 1.0:
+            note += f"timeouts × {run['timeout_scale']:g} of the published; "
+        if ours.get("minority"):
+            note += f"{ours['minority']} on the smaller side of a CONFLICT; "
         if errors:
             note += f"{ours['error']} not run: {errors[0][:160]}" + (f" (+{len(errors) - 1} other errors)"
                                                                     if len(errors) > 1 else "")
+        note = note.removesuffix("; ")
         rows.append([folder.name, f"{run['instances']} / {run['total_instances']}",
                      f"{ours['solved']} ({ours['holds']} h, {ours['violated']} v)",
                      f"{best['correct']} ({best['tool']})" if best else "–",
