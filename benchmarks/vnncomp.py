@@ -436,7 +436,8 @@ def summary(collection: Path) -> tuple[str, dict]:
         if ours.get("minority"):
             note += f"{ours['minority']} on the smaller side of a CONFLICT; "
         if errors:
-            note += f"{ours['error']} not run: {errors[0][:160]}" + (f" (+{len(errors) - 1} other errors)"
+            first = errors[0].replace(f"{folder}/", "")  # the model's path inside the benchmark
+            note += f"{ours['error']} not run: {first[:160]}" + (f" (+{len(errors) - 1} more)"
                                                                     if len(errors) > 1 else "")
         note = note.removesuffix("; ")
         rows.append([folder.name, f"{run['instances']} / {run['total_instances']}",
