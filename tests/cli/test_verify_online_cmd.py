@@ -19,7 +19,7 @@ from assay.nn import load
 from tests.cli.models import write_tiny_onnx, write_vnnlib
 
 STEP_KEYS = {"line", "step", "status", "coverage", "counterexample", "leaves", "active", "reused", "skipped",
-             "recomputed", "resplit", "rebuilt", "domains", "seconds"}
+             "recomputed", "resplit", "rebuilt", "domains", "seconds", "reason"}
 
 
 def _scaled_onnx(path, scale: float, hidden: int = 2):

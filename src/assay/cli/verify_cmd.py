@@ -30,6 +30,7 @@ from assay.cli._common import (
 )
 from assay.errors import OptionError
 from assay.verify.options import INPUT_SPLIT_METHODS, SMALL_NETWORK_PARAMETERS, VerifyOptions
+from assay.verify.result import UNKNOWN_REASON
 
 __all__ = ["verify"]
 
@@ -160,8 +161,7 @@ def _verify_and_report(network, prop, model, property_file, timeout, method, jso
         elif status == "timeout":
             out.print(f"no verdict within {timeout:g} s; raise --timeout")
         elif status == "unknown":
-            out.print("the search ended without a verdict (regions too small to split further, or a numerically "
-                      "borderline linear region)")
+            out.print(result.reason or UNKNOWN_REASON)
     return _EXIT_FOR_STATUS[status]
 
 

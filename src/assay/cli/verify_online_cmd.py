@@ -244,7 +244,12 @@ def _print(results: list, summary: dict, options, out_path) -> None:
     out.print(f"{summary['steps']} steps: {counts}; first verification {summary['first_seconds']:.2f} s, updates "
               f"{summary['mean_update_seconds']:.3f} s on average (accelerations {accelerations})")
     if summary["counts"]["unknown"]:
-        out.print("unknown: leaves stayed open within the leaf budget; raise --max-leaves")
+        # Steps whose verifier said why (onnxruntime rejected a counterexample); the others ran out of leaves.
+        reasons = list(dict.fromkeys(step.reason for _, step in results if step.reason))
+        for reason in reasons:
+            out.print(f"unknown: {reason}")
+        if sum(step.reason is None for _, step in results if step.status.value == "unknown"):
+            out.print("unknown: leaves stayed open within the leaf budget; raise --max-leaves")
     if summary["counts"]["timeout"]:
         out.print(f"timeout: a step found no verdict within {options.verify.timeout:g} s; raise --timeout")
     if summary["interrupted"]:

@@ -86,6 +86,9 @@ def load_onnx(source, input_shape=None) -> Network:
         # The same graph with each MaxPool kept whole: its bounds are far tighter (see Network.pooled).
         pooled = _run(model, name, input_shape, dims, lower_maxpool=False)
         network = replace(network, pooled=pooled)
+    if not isinstance(source, onnx.ModelProto):
+        # The file as it is: counterexamples are re-checked on it (Network.onnx_file).
+        object.__setattr__(network, "onnx_file", name)
     return network
 
 

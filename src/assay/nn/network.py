@@ -67,6 +67,10 @@ class Network:
             splitting, leaf LPs) read the lowered layers. Analyses that only bound may use either.
         origins: per layer, where in the source model it came from (an ONNX node's name and
             operator), for messages; None where the loader does not say.
+        onnx_file: the ONNX file (a path, gzipped or not) this network was loaded from, as
+            loaded; None for any other network, including one rebuilt from a loaded network
+            (``dataclasses.replace`` drops it). Counterexamples are re-checked on it by
+            onnxruntime (:mod:`assay.verify.onnx_recheck`). Set by the loader only.
     """
 
     layers: tuple[Layer, ...]
@@ -77,6 +81,7 @@ class Network:
     sources: tuple[tuple[int, ...], ...] | None = None
     pooled: Network | None = field(default=None, repr=False, compare=False)
     origins: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
+    onnx_file: str | None = field(default=None, init=False, repr=False, compare=False)
     shapes: tuple[tuple[int, ...], ...] = field(init=False, repr=False)
     _cast_cache: dict = field(init=False, repr=False, compare=False)
 

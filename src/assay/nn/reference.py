@@ -1,17 +1,21 @@
 """onnxruntime as the reference forward pass of a loaded ONNX model.
 
 Used to check that a :class:`~assay.nn.Network` computes what its ONNX file computes (the
-loader's tests and ``benchmarks/vnncomp2024_loading.py``), and available to re-check a
-counterexample on the original file.
+loader's tests and ``benchmarks/vnncomp2024_loading.py``), and to re-check a counterexample on
+the original file (:func:`file_outputs`, for :mod:`assay.verify.onnx_recheck`).
 """
 
 from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
 
 import numpy as np
 
 from assay.errors import ModelLoadError
 
-__all__ = ["as_double", "onnxruntime_outputs"]
+__all__ = ["as_double", "onnxruntime_outputs", "file_outputs"]
 
 
 def as_double(model):
@@ -50,12 +54,52 @@ def onnxruntime_outputs(model, x: np.ndarray, input_shape: tuple[int, ...]) -> n
     batch of 1, or no batch dimension) runs one input at a time. ``x`` is fed in the dtype of the
     graph's input (float32, or float64 for an :func:`as_double` copy).
     """
+    return _outputs(_session(model), _graph_input(model), x, input_shape)
+
+
+def file_outputs(path, x: np.ndarray, input_shape: tuple[int, ...]) -> np.ndarray:
+    """:func:`onnxruntime_outputs` of the ONNX file ``path`` as it is (gzipped or not, float32 as
+    stored). One onnxruntime session per file, kept while the file's modification time and size
+    stay the same (a few files at most), so that re-checking many counterexamples of one model
+    reads and compiles it once.
+
+    Raises:
+        ModelLoadError: the file is missing or is not an ONNX model onnxruntime can run.
+    """
+    path = Path(path).resolve()
+    try:
+        stat = os.stat(path)
+    except OSError as exc:
+        raise ModelLoadError(f"{path}: cannot read the ONNX file to run it with onnxruntime ({exc})") from exc
+    session, graph_input = _file_session(str(path), stat.st_mtime_ns, stat.st_size)
+    return _outputs(session, graph_input, x, input_shape)
+
+
+@functools.lru_cache(maxsize=4)
+def _file_session(path: str, mtime_ns: int, size: int):
+    """(session, graph input) of a file, without the model itself (large networks: the session holds
+    the weights once); the modification time and size are part of the cache key only."""
+    from assay.nn._onnx import _read
+
+    model, _ = _read(path)
+    try:
+        return _session(model), _graph_input(model)
+    except Exception as exc:  # onnxruntime raises its own exception types for graphs it cannot run
+        raise ModelLoadError(f"{path}: onnxruntime cannot run the model ({type(exc).__name__}: {exc})") from exc
+
+
+def _session(model):
     import onnxruntime as ort
-    from onnx import TensorProto
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _graph_input(model) -> tuple[str, type, list[int | None]]:
+    """The name, numpy dtype and dims (None where symbolic) of the model's one graph input."""
+    from onnx import TensorProto
+
     constants = {init.name for init in model.graph.initializer}
     inputs = [i for i in model.graph.input if i.name not in constants]
     if len(inputs) != 1:
@@ -63,8 +107,13 @@ def onnxruntime_outputs(model, x: np.ndarray, input_shape: tuple[int, ...]) -> n
     tensor_type = inputs[0].type.tensor_type
     dtype = np.float64 if tensor_type.elem_type == TensorProto.DOUBLE else np.float32
     dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tensor_type.shape.dim]
+    return inputs[0].name, dtype, dims
+
+
+def _outputs(session, graph_input, x: np.ndarray, input_shape: tuple[int, ...]) -> np.ndarray:
+    """:func:`onnxruntime_outputs` with the session made and the graph input (:func:`_graph_input`) read."""
+    name, dtype, dims = graph_input
     x = np.asarray(x, dtype=dtype).reshape(len(x), *input_shape)
-    name = inputs[0].name
     size = int(np.prod(input_shape))
     if len(dims) >= 2 and dims[0] is None and int(np.prod([d or 1 for d in dims[1:]])) in (size, 1):
         rest = [d if d is not None else s for d, s in zip(dims[1:], input_shape)] if len(dims) - 1 == len(input_shape) \

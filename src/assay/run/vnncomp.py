@@ -37,7 +37,8 @@ __all__ = [
 ]
 
 STATUSES = tuple(status.value for status in VerificationStatus)
-RESULT_COLUMNS = ("network", "property", "timeout", "status", "seconds", "verify_seconds", "counterexample", "error")
+RESULT_COLUMNS = ("network", "property", "timeout", "status", "seconds", "verify_seconds", "counterexample", "error",
+                  "reason")
 
 
 @dataclass(frozen=True)
@@ -126,14 +127,16 @@ def verify_instance(instance: Instance, method: str = "alpha", raise_errors: boo
     """Load, verify with the instance's timeout, and return a row of the results CSV (as a dict).
 
     ``seconds`` counts loading and verifying (as VNN-COMP does); ``verify_seconds`` the verifier
-    alone; ``line`` is the instance's line in the instances CSV. A bad model or property file gives
+    alone; ``line`` is the instance's line in the instances CSV; ``reason`` says why an ``unknown``
+    is no verdict where the verifier says (e.g. onnxruntime rejected the counterexample of assay's
+    forward pass on the original file), else None. A bad model or property file gives
     status ``"error"`` with the message, or with ``raise_errors`` raises its AssayError (so that
     :func:`assay.run.run_tasks` cancels the pending instances: ``--stop-on-error``).
     """
     started = time.perf_counter()
     row = {"network": instance.network, "property": instance.property, "timeout": instance.timeout,
            "status": VerificationStatus.ERROR.value, "seconds": 0.0, "verify_seconds": 0.0, "counterexample": None,
-           "error": None, "line": instance.line}
+           "error": None, "reason": None, "line": instance.line}
     try:
         from assay.nn import load
         from assay.sets import read_vnnlib
@@ -151,6 +154,7 @@ def verify_instance(instance: Instance, method: str = "alpha", raise_errors: boo
     else:
         row["status"] = result.status.value
         row["verify_seconds"] = result.stats.seconds
+        row["reason"] = result.reason
         if result.counterexample is not None:
             row["counterexample"] = result.counterexample.to_json()
     row["seconds"] = time.perf_counter() - started

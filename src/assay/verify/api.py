@@ -16,10 +16,11 @@ from assay.verify.deadline import Deadline
 from assay.verify.input_split import InputSplitting, bound_root
 from assay.verify.input_split import root_branch as input_root
 from assay.verify.lp_refine import dense_layers, refine_bounds
+from assay.verify.onnx_recheck import confirmed_counterexample
 from assay.verify.options import INPUT_SPLIT_MAX_INPUTS, VerifyOptions
 from assay.verify.problem import UnsafeQuery, from_required, from_unsafe
 from assay.verify.relu_split import conjunction_searches, pooled_upper_bounds, refutes_every_conjunction, root_corners
-from assay.verify.result import Counterexample, VerificationResult, VerificationStats, VerificationStatus
+from assay.verify.result import VerificationResult, VerificationStats, VerificationStatus
 from assay.verify.search import SearchState, SearchStats, branch_and_bound
 
 __all__ = ["verify", "verify_vnnlib", "VerifyOptions", "INPUT_SPLIT_MAX_INPUTS"]
@@ -58,7 +59,10 @@ def verify(
 
     Returns:
         :class:`VerificationResult`. HOLDS follows from sound bounds over a partition of the
-        input set; VIOLATED carries an input whose float64 forward pass violates the property.
+        input set; VIOLATED carries an input whose float64 forward pass violates the property
+        and, for a network loaded from an ONNX file, whose onnxruntime output on that file
+        violates it too within the competition's tolerance (:mod:`assay.verify.onnx_recheck`;
+        if not, the result is UNKNOWN with the reason).
     """
     options = VerifyOptions.build(options, **option_values)
     if (spec is None) == (unsafe is None):
@@ -94,13 +98,16 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
     stats = SearchStats()
     searches: list[SearchState] = []
 
-    def finish(status, found=None, query_index=0):
-        counterexample = None
+    def finish(status, found=None, query=None):
+        counterexample = reason = None
         if found is not None:
-            counterexample = Counterexample(found[0].reshape(network.input_shape), found[1], query_index)
+            # Confirmed by assay's forward pass; the original ONNX file has the last word.
+            counterexample, reason = confirmed_counterexample(network, query, found)
+            if counterexample is None:
+                status = VerificationStatus.UNKNOWN
         return VerificationResult(status, counterexample, VerificationStats(
             **stats.to_json(), queries=len(queries), strategy=strategy, seconds=time.monotonic() - started,
-        ), tuple(searches))
+        ), tuple(searches), reason)
 
     if strategy == "input":
         # Sound bounds on the whole box settle easy queries at a fraction of the attack's cost;
@@ -132,7 +139,7 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
                 stats.attacks += 1
                 found = from_center(network, query, deadline=deadline)
                 if found is not None:
-                    return finish(VerificationStatus.VIOLATED, found, query.index)
+                    return finish(VerificationStatus.VIOLATED, found, query)
             # A network loaded with MaxPool is bounded first with its pooling windows whole: that
             # settles most such queries for a fraction of the lowered network's root.
             pooled = pooled_upper_bounds(network, query, dtype=dtype, deadline=deadline)
@@ -151,7 +158,7 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
             guides = root_corners(root) if strategy == "relu" else None
             found = search(network, query, rng, restarts=options.attack_restarts, deadline=deadline, guides=guides)
             if found is not None:
-                return finish(VerificationStatus.VIOLATED, found, query.index)
+                return finish(VerificationStatus.VIOLATED, found, query)
     if strategy == "relu":
         # A query that neither the root's bounds nor the attack settled gets a search; first its
         # root's pre-activation bounds are tightened once (intermediate α-CROWN, costly but
@@ -202,7 +209,7 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
                                        keep_closed=options.keep_closed, progress=report, stop=memory_guard)
             searches.append(outcome.state)
             if outcome.status is VerificationStatus.VIOLATED:
-                return finish(outcome.status, outcome.found, query.index)
+                return finish(outcome.status, outcome.found, query)
             if outcome.status is VerificationStatus.TIMEOUT:
                 return finish(outcome.status)
             if outcome.status is VerificationStatus.UNKNOWN:

@@ -54,7 +54,7 @@ import numpy as np
 
 from assay.errors import AssayError, DataError, OptionError
 from assay.verify.options import SMALL_NETWORK_PARAMETERS
-from assay.verify.result import VerificationStatus
+from assay.verify.result import UNKNOWN_REASON, VerificationStatus
 
 if TYPE_CHECKING:  # this module stays free of torch at import: the command line reads it
     from assay.verify.result import VerificationResult
@@ -237,8 +237,7 @@ def competition_result(verification: VerificationResult, seconds: float, timeout
     if status is VerificationStatus.TIMEOUT:
         reason = f"no verdict within the timeout of {timeout:g} s"
     elif status is VerificationStatus.UNKNOWN:
-        reason = ("the search ended without a verdict (regions too small to split further, or a numerically "
-                  "borderline linear region)")
+        reason = verification.reason or UNKNOWN_REASON
     x = y = None
     if verification.counterexample is not None:
         x = verification.counterexample.input.detach().to("cpu").double().reshape(-1).numpy().copy()

@@ -11,7 +11,11 @@ if TYPE_CHECKING:  # this module stays free of torch: the command line reads the
 
     from assay.verify.search import SearchState
 
-__all__ = ["VerificationStatus", "Counterexample", "VerificationResult", "VerificationStats"]
+__all__ = ["VerificationStatus", "Counterexample", "VerificationResult", "VerificationStats", "UNKNOWN_REASON"]
+
+# What an UNKNOWN means when the verifier gives no reason of its own (VerificationResult.reason).
+UNKNOWN_REASON = ("the search ended without a verdict (regions too small to split further, or a numerically "
+                  "borderline linear region)")
 
 
 class VerificationStatus(str, enum.Enum):
@@ -70,12 +74,16 @@ class VerificationResult:
         searches: the state of every branch-and-bound search run (one per query for input
             splitting, one per conjunction for ReLU splitting, in order): pending and closed
             branches; a TIMEOUT's last search can be resumed from it.
+        reason: one line saying why an UNKNOWN is not a verdict where the verifier knows
+            more than "the search ended" (a counterexample of assay's forward pass that
+            onnxruntime rejects on the original ONNX file); else None.
     """
 
     status: VerificationStatus
     counterexample: Counterexample | None = None
     stats: VerificationStats = field(default_factory=VerificationStats)
     searches: tuple[SearchState, ...] = ()
+    reason: str | None = None
 
     def __post_init__(self):
         if (self.status is VerificationStatus.VIOLATED) != (self.counterexample is not None):
@@ -87,4 +95,5 @@ class VerificationResult:
             "counterexample": None if self.counterexample is None else self.counterexample.to_json(),
             "stats": self.stats.to_json(),
             "searches": [state.to_json() for state in self.searches],
+            "reason": self.reason,
         }

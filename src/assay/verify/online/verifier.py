@@ -61,6 +61,7 @@ from assay.verify.input_split import InputSplitting
 from assay.verify.online.geometry import cells_of, contains, enlarge, hausdorff_excess, leaf_domains, relative_volumes
 from assay.verify.online.leaves import Leaves, check_current, versions_like
 from assay.verify.online.relu_tree import ReluTree
+from assay.verify.onnx_recheck import confirmed_counterexample
 from assay.verify.options import VerifyOptions
 from assay.verify.problem import UnsafeQuery, from_required, from_unsafe
 from assay.verify.result import Counterexample, VerificationStatus
@@ -164,6 +165,8 @@ class OnlineStep:
         recomputed: leaves bounded again; ``resplit``: leaves added by splitting.
         rebuilt: the tree was built from scratch in this step.
         domains: boxes bounded in this step; seconds: wall time of the step.
+        reason: why an UNKNOWN step has no verdict where known (onnxruntime rejected the
+            counterexample of assay's forward pass on the original ONNX file); else None.
     """
 
     step: int
@@ -179,13 +182,14 @@ class OnlineStep:
     rebuilt: bool
     domains: int
     seconds: float
+    reason: str | None = None
 
     def to_json(self) -> dict:
         return {"step": self.step, "status": self.status.value, "coverage": self.coverage,
                 "counterexample": None if self.counterexample is None else self.counterexample.to_json(),
                 "leaves": self.leaves, "active": self.active, "reused": self.reused, "skipped": dict(self.skipped),
                 "recomputed": self.recomputed, "resplit": self.resplit, "rebuilt": self.rebuilt,
-                "domains": self.domains, "seconds": self.seconds}
+                "domains": self.domains, "seconds": self.seconds, "reason": self.reason}
 
 
 class OnlineVerifier:
@@ -321,19 +325,20 @@ class OnlineVerifier:
         return result
 
     def _relu_result(self, step, query, network, tree, started, stats, *, rebuilt) -> OnlineStep:
-        counterexample = None
+        counterexample = reason = None
         coverage = 0.0
         status = tree.status
         if status is VerificationStatus.VIOLATED:
-            x, y = tree.found
-            counterexample = Counterexample(x.reshape(network.input_shape), y, query.index)
+            counterexample, reason = confirmed_counterexample(network, query, tree.found)
+            if counterexample is None:  # onnxruntime rejects it on the original file: no verdict, nothing covered
+                status = VerificationStatus.UNKNOWN
         else:
             coverage = self._relu.coverage(network, query)
             if status is VerificationStatus.HOLDS and not self._relu.all_verified:
                 status = VerificationStatus.UNKNOWN
         leaves = self._relu.leaf_count
         return OnlineStep(step, status, coverage, counterexample, leaves, leaves, tree.reused, {"lb": 0, "inn": 0},
-                          tree.recomputed, tree.resplit, rebuilt, stats.domains, time.monotonic() - started)
+                          tree.recomputed, tree.resplit, rebuilt, stats.domains, time.monotonic() - started, reason)
 
     def _incremental(self, query, network, changed, stats, started, step, prior_version, domain_changed) -> OnlineStep:
         options, acc = self.options, self.options.accelerations
@@ -550,12 +555,12 @@ class OnlineVerifier:
         safe = safe & leaves.verified & active
         coverage = float(relative_volumes(dom_lower[safe], dom_upper[safe], query.lower, query.upper).sum())
         coverage = min(coverage, 1.0)
-        counterexample = None
+        counterexample = reason = None
         if outcome.status is VerificationStatus.VIOLATED:
-            status = VerificationStatus.VIOLATED
             coverage = 0.0
-            x, y = outcome.found
-            counterexample = Counterexample(x.reshape(self.network.input_shape), y, query.index)
+            counterexample, reason = confirmed_counterexample(self.network, query, outcome.found)
+            # onnxruntime rejects it on the original file: no verdict, and nothing claimed covered
+            status = VerificationStatus.VIOLATED if counterexample is not None else VerificationStatus.UNKNOWN
         elif outcome.status is VerificationStatus.TIMEOUT:
             status = VerificationStatus.TIMEOUT
         elif bool((safe | ~active).all()):
@@ -564,7 +569,7 @@ class OnlineVerifier:
         else:
             status = VerificationStatus.UNKNOWN
         return OnlineStep(step, status, coverage, counterexample, len(leaves), int(active.sum()), reused, dict(skipped),
-                          recomputed, resplit, rebuilt, stats.domains, time.monotonic() - started)
+                          recomputed, resplit, rebuilt, stats.domains, time.monotonic() - started, reason)
 
     def _box(self, input_set) -> tuple[torch.Tensor, torch.Tensor]:
         lower = torch.as_tensor(getattr(input_set, "lower", None), dtype=torch.float64).reshape(-1)
