@@ -53,7 +53,7 @@ def test_the_command_table_lists_the_apps_commands_in_order_with_their_summaries
     group = typer.main.get_command(app)
     context = group.make_context("assay", ["info"], resilient_parsing=True)
     # typer lists a command with the first paragraph of its help
-    listed = [(name, one_line(inspect.cleandoc(group.get_command(context, name).help).split("\n\n")[0]))
+    listed = [(name, one_line(inspect.cleandoc(group.get_command(context, name).help or "").split("\n\n")[0]))
               for name in group.list_commands(context)]
     assert listed == [(name, one_line(summary)) for name, _, summary in COMMANDS]
     options = [(", ".join(sorted(param.opts, key=len)), param.help) for param in group.get_params(context)]
