@@ -2,7 +2,7 @@
 
 Usage:
     python benchmarks/startup.py [--runs 10] [--cold-runs 10] [--cold-runs-compiling 10]
-                                 [--reference-python /tmp/clemont-venv/bin/python]
+                                 [--reference-python PYTHON]
                                  [--only help,monitor-1k,monitor-100k,verify,serve,reference]
 
 Each case starts a fresh process, ``--runs`` times, and reports the median, min and max wall time:
@@ -14,8 +14,11 @@ Each case starts a fresh process, ``--runs`` times, and reports the median, min 
 * ``assay serve``: from starting the process to ``/health`` turning ready, and the first post (100
   decisions) after that — the time from seeing ready to its answer;
 * the reference monitor ``clemont==0.1.0`` (faiss brute force, L∞) in its own virtual environment,
-  on the same 1,000-row file, as a whole process (``monitor_reference.py``). Without
-  ``--reference-python`` (default ``/tmp/clemont-venv/bin/python``) the row says it is absent.
+  on the same 1,000-row file, as a whole process (``monitor_reference.py``); the 1,000-row rows
+  give their ratio to it. Its python is ``--reference-python``, else ``$ASSAY_REFERENCE_PYTHON``,
+  else ``/tmp/clemont-venv/bin/python``; where there is none the row says it is absent. Make one
+  with ``python3 -m venv /tmp/clemont-venv && /tmp/clemont-venv/bin/pip install clemont==0.1.0
+  faiss-cpu==1.9.0.post1`` (newer faiss rejects clemont's calls; see ../shared/data/README.md).
 
 **Cold** runs point ``NUMBA_CACHE_DIR`` at a new empty folder each time, so the monitor's kernels
 are compiled if the job needs them; **warm** runs share one folder filled by ``assay warmup`` first
@@ -47,7 +50,7 @@ from _common import REPO_ROOT, data_dir, markdown_table, write_results  # noqa: 
 EPSILON = 0.05
 COMPILE_MARK = "compiling the monitor's kernels once"
 ASSAY = [sys.executable, "-m", "assay.cli.main"]
-DEFAULT_REFERENCE = "/tmp/clemont-venv/bin/python"
+DEFAULT_REFERENCE = os.environ.get("ASSAY_REFERENCE_PYTHON", "/tmp/clemont-venv/bin/python")
 # CPU seconds (user + system) of each finished run, in order: on a loaded machine the wall time
 # stretches with the load, the CPU time of a single-threaded process much less.
 CPU: list[float] = []
@@ -187,7 +190,9 @@ def main() -> None:
     parser.add_argument("--cold-runs-compiling", type=int, default=10,
                         help="cold runs of the cases that compile the kernels (monitor-100k, serve: a minute or more each)")
     parser.add_argument("--reference-python", default=DEFAULT_REFERENCE,
-                        help="python of a venv with clemont==0.1.0 and faiss-cpu==1.9.0.post1")
+                        help="the reference monitor's python: of a venv made by `python3 -m venv DIR; DIR/bin/pip "
+                             "install clemont==0.1.0 faiss-cpu==1.9.0.post1` (default: $ASSAY_REFERENCE_PYTHON, else "
+                             f"/tmp/clemont-venv/bin/python; now {DEFAULT_REFERENCE})")
     parser.add_argument("--only", default=",".join(CASES), help=f"comma-separated cases among {', '.join(CASES)}")
     parser.add_argument("--name", default="startup", help="results/<name>.json and .md")
     parser.add_argument("--warm-cache", default=None, help="use this NUMBA_CACHE_DIR as the warm cache (default: a new one)")
@@ -234,12 +239,16 @@ LABELS = {
 
 def render(payload: dict, name: str = "startup") -> None:
     rows = []
+    reference = next((result["median_s"] for result in payload["results"]
+                      if result["case"] == "reference" and result["mode"] != "absent"), None)
     for result in payload["results"]:
         label = LABELS[result["case"]]
         if result["mode"] == "absent":
             rows.append([label, "—", "absent", "", "", "", "", f"no python at {result['python']}"])
             continue
         note = f"{result['runs_that_compiled']} of {result['runs']} printed the compile message"
+        if result["case"] == "monitor-1k" and reference:
+            note += f"; median {result['median_s'] / reference:.2f} × the reference's"
         if "post_after_ready_s" in result:
             post = result["post_after_ready_s"]
             note += (f"; first post answered {post['median_s'] * 1e3:.0f} ms after ready "

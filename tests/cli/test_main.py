@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import inspect
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import typer.main
 
 import assay
+from assay.cli.commands import APP_HELP, COMMANDS, OPTIONS, top_level_help
 from assay.cli.main import app
+
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def test_version(invoke):
@@ -35,6 +42,49 @@ def test_every_expected_command_is_registered():
         pass
     else:
         assert "knn-fairness" in names
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_command_table_lists_the_apps_commands_in_order_with_their_summaries():
+    # `assay --help` is printed from the table without typer: it must say what typer would say.
+    group = typer.main.get_command(app)
+    context = group.make_context("assay", ["info"], resilient_parsing=True)
+    # typer lists a command with the first paragraph of its help
+    listed = [(name, one_line(inspect.cleandoc(group.get_command(context, name).help or "").split("\n\n")[0]))
+              for name in group.list_commands(context)]
+    assert listed == [(name, one_line(summary)) for name, _, summary in COMMANDS]
+    options = [(", ".join(sorted(param.opts, key=len)), param.help) for param in group.get_params(context)]
+    assert options == list(OPTIONS)
+    assert group.help == APP_HELP
+
+
+def run_script(*argv: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(SRC), "COLUMNS": "100"}
+    return subprocess.run([sys.executable, "-m", "assay.cli.main", *argv], capture_output=True, text=True, env=env)
+
+
+@pytest.mark.parametrize(("argv", "code"), [(["--help"], 0), (["-h"], 0), ([], 2)])
+def test_the_top_level_help_lists_every_command_and_option(argv, code):
+    done = run_script(*argv)
+    assert (done.returncode, done.stderr) == (code, "")
+    assert done.stdout == top_level_help(width=100)
+    text = one_line(done.stdout)
+    assert one_line(APP_HELP) in text
+    for name, _, summary in COMMANDS:
+        assert f"{name} {one_line(summary)}" in text
+    for spelling, help_text in OPTIONS:
+        assert f"{spelling} {help_text}" in text
+
+
+def test_a_subcommand_runs_in_the_app_built_with_it_alone():
+    done = run_script("monitor", "--help")
+    assert done.returncode == 0
+    assert "--epsilon" in done.stdout and "--decision-column" in done.stdout
+    done = run_script("monitr")
+    assert done.returncode == 2 and "monitor" in done.stderr  # an unknown command goes to the whole app
 
 
 def test_version_does_not_import_torch():

@@ -1,9 +1,10 @@
 """The light commands load only what their job needs: each runs in a fresh interpreter and its ``sys.modules`` is checked.
 
-``assay --help``, a small ``assay monitor`` job and ``assay serve`` (up to the point where it would
-listen, compiled kernels loaded) must not import torch, scipy.optimize, networkx, dd or the
-k-d tree, BDD, partition and faiss backends. A small monitor job does not load numba either: it
-runs in the numpy scan index. (Timings are measured by benchmarks/startup.py, never asserted.)
+``assay --help``, ``assay --version``, a small ``assay monitor`` job and ``assay serve`` (up to
+the point where it would listen, compiled kernels loaded) must not import torch, scipy.optimize,
+networkx, dd or the k-d tree, BDD, partition and faiss backends. The help and the version load no
+CLI framework (typer, click, rich, pydantic) either; a small monitor job loads neither numba (it
+runs in the numpy scan index) nor the other subcommands' modules. (Timings are measured by benchmarks/startup.py, never asserted.)
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from assay.cli.commands import COMMANDS
+
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 # Heavy modules that none of these commands needs (each costs from 0.1 s to seconds to import).
@@ -24,21 +27,19 @@ HEAVY = ("torch", "scipy.optimize", "scipy.spatial", "networkx", "dd", "faiss", 
          "assay.monitor.frnn.kdtree", "assay.monitor.frnn.bdd", "assay.monitor.frnn.partition",
          "assay.monitor.frnn.faiss_flat", "assay.nn", "assay.bounds.crown", "assay.verify.verifier")
 
-# Runs the assay app in-process on argv, then writes the names of the loaded modules to a file.
-# `assay serve` stops where it would start listening (uvicorn's run is replaced), after its
-# kernel warm-up thread has finished.
+# Runs the command line as the console script does (assay.cli.main.dispatch), in-process, then
+# writes the names of the loaded modules to a file. `assay serve` stops where it would start
+# listening (uvicorn's run is replaced), after its kernel warm-up thread has finished.
 DRIVER = """
 import json, sys, threading
 out, argv = sys.argv[1], sys.argv[2:]
 if argv[:1] == ["serve"]:
     import uvicorn
     uvicorn.Server.run = lambda self, sockets=None: None
-from assay.cli.main import app
-try:
-    app(argv, prog_name="assay")
-except SystemExit as exit_:
-    if exit_.code not in (0, None):
-        raise
+from assay.cli.main import dispatch
+code = dispatch(argv)
+if code != 0:
+    raise SystemExit(f"exit code {code}")
 for thread in threading.enumerate():
     if thread.name == "assay-warmup":
         thread.join()
@@ -59,9 +60,19 @@ def heavy_in(modules: set[str], extra: tuple[str, ...] = ()) -> list[str]:
     return sorted(name for name in HEAVY + extra if name in modules)
 
 
-def test_help_loads_neither_numpy_nor_heavy_modules(tmp_path):
-    modules = loaded_modules(tmp_path, "--help")
-    assert heavy_in(modules, ("numpy", "numba")) == []
+# The top-level help and the version are printed from the command table: not even typer is loaded.
+CLI_FRAMEWORK = ("typer", "click", "rich", "pydantic", "numpy", "numba")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"]])
+def test_help_and_version_load_no_cli_framework_nor_heavy_modules(tmp_path, argv):
+    modules = loaded_modules(tmp_path, *argv)
+    assert "assay.cli.commands" in modules  # the command ran
+    assert heavy_in(modules, CLI_FRAMEWORK) == []
+
+
+# A command loads its own module only, not the other subcommands'.
+OTHER_COMMANDS = tuple(target.split(":")[0] for _, target, _ in COMMANDS if not target.startswith("assay.cli.monitor_cmd"))
 
 
 def test_small_monitor_job_loads_no_compiled_kernels(tmp_path):
@@ -72,7 +83,7 @@ def test_small_monitor_job_loads_no_compiled_kernels(tmp_path):
                                                            for i, row in enumerate(rows)))
     modules = loaded_modules(tmp_path, "monitor", str(stream), "--epsilon", "0.05")
     assert "assay.monitor.frnn.scan" in modules  # the job ran
-    assert heavy_in(modules, ("numba", "llvmlite", "assay.monitor._kernels")) == []
+    assert heavy_in(modules, ("numba", "llvmlite", "assay.monitor._kernels", *OTHER_COMMANDS)) == []
 
 
 @pytest.mark.requires("fastapi", "uvicorn")

@@ -1,9 +1,10 @@
-"""The ``assay`` command: one typer app, one module per subcommand.
+"""The ``assay`` console script, and the typer app as ``assay.cli.main.app``.
 
-Every subcommand is wrapped by :func:`assay.cli._common.handle_errors`: an
-:class:`~assay.errors.AssayError` prints ``error: <message>`` on stderr and exits 2 (no
-traceback); Ctrl-C exits 130. Subcommand modules import their heavy dependencies lazily, so
-``assay --version`` and ``assay --help`` answer at once.
+:func:`run` answers ``assay``, ``assay --help`` and ``assay --version`` from the command table
+(:mod:`assay.cli.commands`) without importing typer, click, rich or pydantic, and runs any other
+command line in the typer app (:mod:`assay.cli.app`) built with the one subcommand it names, so
+that the other subcommands' modules are not imported either. ``app`` (the whole app, for tests
+and for embedding) is built when first asked for.
 """
 
 from __future__ import annotations
@@ -17,73 +18,57 @@ _LOADING_STARTED = time.monotonic()
 import os  # noqa: E402
 import sys  # noqa: E402
 
-import typer  # noqa: E402
+from assay.cli.commands import command_names, top_level_help  # noqa: E402
 
-import assay
-from assay.cli import (
-    _common,
-    bounds_cmd,
-    cfx_cmd,
-    demo_cmd,
-    info_cmd,
-    knn_cmd,
-    monitor_cmd,
-    preimage_cmd,
-    serve_cmd,
-    verify_cmd,
-    verify_online_cmd,
-    warmup_cmd,
-)
-from assay.cli._common import handle_errors
-
-__all__ = ["app", "run"]
-
-app = typer.Typer(
-    name="assay",
-    help=(
-        "Certify and monitor the robustness and fairness of machine-learning models.\n\n"
-        "Exit codes: 0 success (for verify: the property holds), 10 violated, 20 unknown or timeout, "
-        "2 error (bad file, bad option), 130 interrupted."
-    ),
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+__all__ = ["app", "dispatch", "run"]  # noqa: F822 (app: built on first use, by __getattr__)
 
 
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"assay {assay.__version__}")
-        raise typer.Exit()
+def __getattr__(name: str):
+    """``app``: the typer app with every subcommand, built on first use (PEP 562)."""
+    if name == "app":
+        from assay.cli.app import build_app
+
+        globals()["app"] = built = build_app()
+        return built
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-@app.callback()
-def main(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
-) -> None:
-    """Certify and monitor the robustness and fairness of machine-learning models."""
+def _answer_at_once(argv: list[str]) -> int | None:
+    """Print the top-level help or the version for these arguments and return the exit code; None otherwise."""
+    if argv in ([], ["--help"], ["-h"]):
+        sys.stdout.write(top_level_help())
+        return 2 if not argv else 0  # no command at all is a usage error (as typer's no_args_is_help)
+    if argv == ["--version"]:
+        import assay
+
+        sys.stdout.write(f"assay {assay.__version__}\n")
+        return 0
+    return None
 
 
-def _register(function, name: str) -> None:
-    app.command(name)(handle_errors(function))
+def dispatch(argv: list[str]) -> int:
+    """Run the command line ``argv`` (without the program's name) as ``assay`` does; return its exit code."""
+    code = _answer_at_once(argv)
+    return _run_app(argv) if code is None else code
 
 
-_register(info_cmd.info, "info")
-_register(bounds_cmd.bounds, "bounds")
-_register(verify_cmd.verify, "verify")
-_register(verify_online_cmd.verify_online, "verify-online")
-_register(monitor_cmd.monitor, "monitor")
-_register(demo_cmd.demo, "demo")
-_register(knn_cmd.knn_fairness, "knn-fairness")
-_register(preimage_cmd.preimage, "preimage")
-_register(serve_cmd.serve, "serve")
-_register(cfx_cmd.cfx, "cfx")
-_register(warmup_cmd.warmup, "warmup")
+def _run_app(argv: list[str]) -> int:
+    from assay.cli import _common
+    from assay.cli.app import build_app
+
+    _common.COMMAND_STARTED = _LOADING_STARTED
+    chosen = argv[0] if argv and argv[0] in command_names() else None
+    try:
+        build_app(only=chosen)(args=argv)
+        return 0
+    except SystemExit as exit_:
+        if isinstance(exit_.code, str):
+            print(exit_.code, file=sys.stderr)
+        return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
 
 
 def run() -> None:
-    """The ``assay`` console script: run the app, flush its output, and leave at once.
+    """The ``assay`` console script: run the command line, flush its output, and leave at once.
 
     Unloading torch and the other native libraries takes 0.5–1 s at interpreter exit: every
     command would pay it, and ``assay verify --timeout T`` promises an answer T seconds after
@@ -91,14 +76,7 @@ def run() -> None:
     through ``with`` blocks), so only the standard streams are left to flush. A Python
     exception that escapes the app (a bug) still ends the normal way, with its traceback.
     """
-    _common.COMMAND_STARTED = _LOADING_STARTED
-    try:
-        app()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-        if isinstance(exit_.code, str):
-            print(exit_.code, file=sys.stderr)
+    code = dispatch(sys.argv[1:])
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
