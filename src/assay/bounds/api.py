@@ -620,7 +620,8 @@ def _resolve_splits(plan: Plan, splits, batch: int) -> dict[int, torch.Tensor]:
 
 
 def _check_intermediate(plan: Plan, intermediate: IntermediateBounds, batch: int):
-    if len(intermediate.lower) != len(plan.relu_positions) or intermediate.batch_size != batch:
+    # without ReLU layers there is nothing to hold (and no tensor to count the domains by)
+    if len(intermediate.lower) != len(plan.relu_positions) or (intermediate.lower and intermediate.batch_size != batch):
         raise OptionError(
             f"intermediate bounds cover {len(intermediate.lower)} ReLU layers and {intermediate.batch_size} domains; "
             f"expected {len(plan.relu_positions)} layers and {batch} domains"

@@ -122,7 +122,7 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
                 stats.attacks += 1
                 found = from_center(network, query, deadline=deadline)
                 if found is not None:
-                    return finish(VerificationStatus.VIOLATED, found, query.index)
+                    return finish(VerificationStatus.VIOLATED, found, query)
             root = bound_root(network, query, method=method, dtype=dtype, stats=stats, deadline=deadline)
             if not root.refuted:
                 open_queries.append((query, root))

@@ -55,6 +55,7 @@ from assay.bounds import IntermediateBounds, input_sensitivities, lipschitz_boun
 from assay.errors import OptionError, SpecError
 from assay.nn.layers import Conv2d, Linear
 from assay.nn.network import Network
+from assay.nn.ops import Operator
 from assay.sets import Box
 from assay.verify.deadline import Deadline
 from assay.verify.input_split import InputSplitting
@@ -266,9 +267,13 @@ class OnlineVerifier:
         elif weights is not None:
             new_network = _with_weights(self.network, weights)
         changed = _first_changed_layer(self.network, new_network)
+        # a general operator's constants changed: no weight-perturbation bound covers it (those
+        # cover Linear/Conv2d weights), so nothing proved for the old network is reused
+        operators_changed = _operators_changed(self.network, new_network)
         prior_version = self._version
         if changed is not None:
             self._record_change(self.network, new_network)
+        if changed is not None or operators_changed:
             self._version += 1
         domain_changed = not (torch.equal(lower, self.lower) and torch.equal(upper, self.upper))
         if domain_changed:
@@ -281,7 +286,8 @@ class OnlineVerifier:
         query = self._query(new_network, lower, upper)
         acc = self.options.accelerations
         # No accelerations: every step from scratch, unchanged ones included (the baseline).
-        incremental = bool(acc) and (not domain_changed or "bmi" in acc) and (changed is None or "bmw" in acc)
+        incremental = (bool(acc) and (not domain_changed or "bmi" in acc) and (changed is None or "bmw" in acc)
+                       and not operators_changed)
         step = len(self.steps)
         if not incremental:
             result = self._rebuild(query, new_network, stats, started, step)
@@ -470,8 +476,8 @@ class OnlineVerifier:
 
     def _inherited_bounds(self, network, roots: Leaves, box_lower, box_upper, changed):
         """Pre-activation bounds the roots may start from, and how many layers are exact."""
-        if roots.bounds is None or not len(roots):
-            return None, 0
+        if roots.bounds is None or not len(roots) or _general(network):
+            return None, 0  # (the sensitivities walk ReLU networks only: general networks start afresh)
         within = contains(roots.checked_lower, roots.checked_upper, box_lower, box_upper)
         if changed is None:
             # Same network: the bounds hold on the box they were computed on; a box that grew by
@@ -494,6 +500,8 @@ class OnlineVerifier:
 
     def _lipschitz_safe(self, network, query: UnsafeQuery, row_upper, distance) -> torch.Tensor:
         """(K,) bool: for every conjunction some row stays negative after moving ``distance``."""
+        if _general(network):  # Lipschitz constants need 1-Lipschitz activations: none are claimed
+            return torch.zeros(row_upper.shape[0], dtype=torch.bool)
         if self._lipschitz is None or self._lipschitz[0] is not network:
             self._lipschitz = (network, lipschitz_bounds(network, query.C, self.options.lipschitz_norm))
         constants = self._lipschitz[1]
@@ -616,6 +624,26 @@ def _first_changed_layer(old: Network, new: Network) -> int | None:
     return None
 
 
+def _operators_changed(old: Network, new: Network) -> bool:
+    """Whether any general operator (:mod:`assay.nn.ops`) of ``new`` differs from ``old``'s: its
+    constants (a scale, a matrix, a kernel, an exponent) are not weights that ``bmw`` bounds."""
+    if old is new:
+        return False
+    for a, b in zip(old.layers, new.layers):
+        if isinstance(a, Operator) and a is not b:
+            if not all(_same_value(getattr(a, entry.name), getattr(b, entry.name)) for entry in fields(a)):
+                return True
+    return False
+
+
+def _same_value(x, y) -> bool:
+    if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+        return isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape and torch.equal(x, y)
+    if isinstance(x, tuple) and isinstance(y, tuple):
+        return len(x) == len(y) and all(_same_value(p, q) for p, q in zip(x, y))
+    return x == y
+
+
 def _same_architecture(old: Network, new: Network) -> Network:
     if not isinstance(new, Network):
         raise OptionError(f"update(network=...) takes an assay Network; got {type(new).__name__}")
@@ -676,3 +704,9 @@ def _mask_bounds(bounds: IntermediateBounds, valid: torch.Tensor, layers: int | 
         lower.append(torch.where(keep, low, -torch.inf))
         upper.append(torch.where(keep, high, torch.inf))
     return IntermediateBounds(tuple(lower), tuple(upper))
+
+
+def _general(network) -> bool:
+    """Whether ``network`` has non-linear operators other than ReLU (whose sensitivity and
+    Lipschitz walks assay does not have: the accelerations that need them stand aside)."""
+    return plan_for(network, torch.float64).has_nonlinear_operators
