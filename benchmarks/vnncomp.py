@@ -175,16 +175,19 @@ def run_chunk(folder: Path, chunk: list[dict], scale: float, workers: int) -> li
         command = assay_command() + ["verify", "--instances", str(instances_csv), "--out", str(out_csv),
                                      "--workers", str(min(workers, len(chunk)))]
         done = subprocess.run(command, capture_output=True, text=True)
-        if not out_csv.exists():
-            # The process died without results (a crash in one instance stops its batch): run the
-            # instances one by one so that the others still count, and record the failure.
+        rows = []
+        if out_csv.exists():
+            with open(out_csv, newline="") as handle:
+                rows = list(csv.DictReader(handle))
+        if len(rows) < len(chunk):
+            # The process died without (all) results (a crash in one instance stops its batch): run
+            # the instances one by one so that the others still count, and record the failure.
             if len(chunk) > 1:
                 return [row for single in chunk for row in run_chunk(folder, [single], scale, 1)]
             reason = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
             return [{"status": "error", "seconds": "0", "error": f"assay verify crashed: {reason}",
                      "counterexample": ""}]
-        with open(out_csv, newline="") as handle:
-            return list(csv.DictReader(handle))
+        return rows
 
 
 # ------------------------------------------------------------------------------- the published checker's test
