@@ -308,15 +308,7 @@ def _crown_tensor_bounds(plan: Plan, tensor: int, bounds, deltas, center, radius
     lower, upper = bounds[tensor]
     if lower[0].numel() > _OPERATOR_REFINE_MAX:  # see _OPERATOR_REFINE_MAX: the intervals stay (sound)
         return lower, upper
-    input_elements = max(1, center[0].numel())
-    chunk = max(1, _ROW_CHUNK_ELEMENTS // (2 * lower.shape[0] * input_elements))
-    scales = rounding_scales(plan, tensor, bounds)
-
-    def bound_rows(neurons, C, d):
-        back = backsubstitute(plan, tensor, C, d, bounds, deltas, relax=relax, scales=scales)
-        return concretize(plan, back, center, radius)[0]
-
-    return _bound_unstable_neurons(bounds[tensor], chunk, bound_rows, mask=upper > lower)
+    return _crown_layer_bounds_padded(plan, tensor, bounds, deltas, center, radius, relax, mask=upper > lower)
 
 
 def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radius, relax):
@@ -375,9 +367,11 @@ def _crown_tightens(plan: Plan, position: int, bounds, deltas, center, radius, r
     return bool((new_upper - new_lower).mean() <= (1 - _PROBE_MIN_GAIN) * old_width)
 
 
-def _crown_layer_bounds_padded(plan: Plan, position: int, bounds, deltas, center, radius, relax, only=None):
+def _crown_layer_bounds_padded(plan: Plan, position: int, bounds, deltas, center, radius, relax, only=None,
+                               mask=None):
     """:func:`_crown_layer_bounds` for one group of domains (every row padded to the group's max);
-    ``only`` (a bool mask of the layer's shape per domain) restricts which unstable neurons are bounded."""
+    ``only`` (a bool mask of the layer's shape per domain) restricts which unstable neurons are
+    bounded, and ``mask`` replaces "unstable" by any choice (see :func:`_bound_unstable_neurons`)."""
     lower = bounds[position][0]
     input_elements = max(1, center[0].numel())
     chunk = max(1, _ROW_CHUNK_ELEMENTS // (2 * lower.shape[0] * input_elements))
@@ -387,7 +381,7 @@ def _crown_layer_bounds_padded(plan: Plan, position: int, bounds, deltas, center
         back = backsubstitute(plan, position, C, d, bounds, deltas, relax=relax, scales=scales)
         return concretize(plan, back, center, radius)[0]
 
-    return _bound_unstable_neurons(bounds[position], chunk, bound_rows, only)
+    return _bound_unstable_neurons(bounds[position], chunk, bound_rows, only, mask)
 
 
 def _alpha_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radius, relax, options, deadline,
