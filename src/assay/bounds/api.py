@@ -22,6 +22,8 @@ from assay.nn.network import Network, resolve_dtype
 
 # Rows × input elements bounded in one backward pass for intermediate layers (memory cap).
 _ROW_CHUNK_ELEMENTS = 1 << 24
+# Rows × elements of the widest tensor a backward pass crosses (2 GiB of float64 coefficients).
+_WALK_ELEMENTS = 1 << 28
 # Slope elements (rows × earlier ReLU neurons) optimised in one intermediate α-CROWN call.
 _ALPHA_CHUNK_ELEMENTS = 1 << 23
 # Intermediate α-CROWN skips a layer with more unstable neurons than this in one domain: its
@@ -374,7 +376,11 @@ def _crown_layer_bounds_padded(plan: Plan, position: int, bounds, deltas, center
     bounded, and ``mask`` replaces "unstable" by any choice (see :func:`_bound_unstable_neurons`)."""
     lower = bounds[position][0]
     input_elements = max(1, center[0].numel())
-    chunk = max(1, _ROW_CHUNK_ELEMENTS // (2 * lower.shape[0] * input_elements))
+    # The walk's coefficients are rows × each tensor they cross: a generator's images outgrow
+    # its few inputs (cgan: 28,800 against 5), and rows sized by the input alone took 18 GB.
+    widest = max(t[0][0].numel() for t in bounds[:position + 1])
+    chunk = max(1, min(_ROW_CHUNK_ELEMENTS // (2 * lower.shape[0] * input_elements),
+                       _WALK_ELEMENTS // (2 * lower.shape[0] * widest)))
     scales = rounding_scales(plan, position, bounds)
 
     def bound_rows(neurons, C, d):
