@@ -50,3 +50,20 @@ def pytest_runtest_setup(item):
     for mark in item.iter_markers("requires"):
         for module in mark.args:
             require(module)
+
+
+@pytest.fixture
+def without_bound_rule(monkeypatch):
+    """``without_bound_rule(LayerClass)``: the bound engine's registry forgets that class's rules
+    for this test, so the refusal of an operator without a rule can be tested although every
+    operator assay loads has one."""
+    from assay.bounds import rules
+
+    rules._load()
+
+    def drop(layer_class) -> None:
+        registry = dict(rules._REGISTRY)
+        registry.pop(layer_class, None)
+        monkeypatch.setattr(rules, "_REGISTRY", registry)
+
+    return drop

@@ -6,11 +6,13 @@ import json
 
 import pytest
 
+from assay.nn.ops import Sigmoid
 from tests.nn.test_general_networks import sigmoid_network_file
 
 
 @pytest.mark.parametrize("command", ["bounds", "verify"])
-def test_cli_refuses_an_operator_without_a_bound_rule_in_one_line(invoke, rng, tmp_path, command):
+def test_cli_refuses_an_operator_without_a_bound_rule_in_one_line(invoke, rng, tmp_path, command, without_bound_rule):
+    without_bound_rule(Sigmoid)
     path = sigmoid_network_file(rng, tmp_path)
     spec = tmp_path / "prop.vnnlib"
     spec.write_text("".join(f"(declare-const X_{i} Real)\n(assert (>= X_{i} 0))\n(assert (<= X_{i} 1))\n"
@@ -22,9 +24,12 @@ def test_cli_refuses_an_operator_without_a_bound_rule_in_one_line(invoke, rng, t
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Sigmoid" in lines[0], result.stderr
 
 
-def test_info_lists_the_onnx_operators_and_those_without_bound_rules(invoke, rng, tmp_path):
-    facts = json.loads(invoke("info", sigmoid_network_file(rng, tmp_path), "--json").stdout)
+def test_info_lists_the_onnx_operators_and_those_without_bound_rules(invoke, rng, tmp_path, without_bound_rule):
+    path = sigmoid_network_file(rng, tmp_path)
+    facts = json.loads(invoke("info", path, "--json").stdout)
     assert facts["onnx_operators"] == {"Gemm": 2, "Sigmoid": 1}
-    assert facts["layers_without_bound_rules"] == ["Sigmoid"]
+    assert facts["layers_without_bound_rules"] == []
+    without_bound_rule(Sigmoid)
+    assert json.loads(invoke("info", path, "--json").stdout)["layers_without_bound_rules"] == ["Sigmoid"]
 
 

@@ -16,6 +16,7 @@ import torch
 from assay.bounds import compute_bounds
 from assay.errors import UnsupportedOperatorError
 from assay.nn import load
+from assay.nn.ops import Sigmoid
 from assay.nn.reference import deviation_from_onnxruntime
 from assay.sets import read_vnnlib
 
@@ -145,7 +146,8 @@ def sigmoid_network_file(rng, tmp_path) -> Path:
 
 
 @pytest.mark.parametrize("method", ["ibp", "crown", "alpha", "beta"])
-def test_bound_methods_refuse_an_operator_without_a_rule_in_one_line(rng, tmp_path, method):
+def test_bound_methods_refuse_an_operator_without_a_rule_in_one_line(rng, tmp_path, method, without_bound_rule):
+    without_bound_rule(Sigmoid)
     network = load(sigmoid_network_file(rng, tmp_path))
     box = (torch.zeros(1, 3, dtype=torch.float64), torch.ones(1, 3, dtype=torch.float64))
     with pytest.raises(UnsupportedOperatorError) as info:
@@ -156,12 +158,14 @@ def test_bound_methods_refuse_an_operator_without_a_rule_in_one_line(rng, tmp_pa
 
 
 @pytest.mark.parametrize("strategy", ["input", "relu"])
-def test_verify_refuses_an_operator_without_a_bound_rule_before_searching(rng, tmp_path, strategy):
+def test_verify_refuses_an_operator_without_a_bound_rule_before_searching(rng, tmp_path, strategy,
+                                                                          without_bound_rule):
     """Even where an attack would find a counterexample at once (every output satisfies the spec's
     complement), verify ends in the engine's one-line error: its answers rest on the engine."""
     from assay.sets import Box, argmax_is
     from assay.verify import verify
 
+    without_bound_rule(Sigmoid)
     network = load(sigmoid_network_file(rng, tmp_path))
     with pytest.raises(UnsupportedOperatorError, match=r"'Sigmoid' \(layer 1\)"):
         verify(network, Box(torch.zeros(3), torch.ones(3)), argmax_is(0, 2), strategy=strategy, timeout=10)
