@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -132,3 +133,25 @@ def test_intermediate_beta_bounds_use_earlier_splits():
     assert alpha.intermediate.upper[1].item() == pytest.approx(0.9, abs=1e-6)
     assert -0.1 <= beta.intermediate.upper[1].item() <= 0.4 + 1e-3
     assert beta.intermediate.lower[1].item() <= -0.1
+
+
+def test_a_passed_deadline_stops_crowns_intermediate_bounds_and_stays_sound():
+    """Past the deadline no intermediate tensor gets CROWN bounds (a generator's layers can take
+    minutes): the interval bounds stay, so the intermediate bounds are looser, never unsound.
+    (The outputs' bounds need not be looser: CROWN's adaptive slopes change with the intervals.)"""
+    import time
+
+    rng = np.random.default_rng(5)
+    layers = []
+    for fan_in, fan_out in ((3, 16), (16, 16), (16, 2)):
+        layers += [Linear(torch.as_tensor(rng.normal(0, 0.7, (fan_out, fan_in))), torch.as_tensor(rng.normal(0, 0.3, fan_out))),
+                   ReLU()]
+    network = Network(tuple(layers[:-1]), (3,))
+    box = (-torch.ones(1, 3, dtype=torch.float64), torch.ones(1, 3, dtype=torch.float64))
+    timely = compute_bounds(network, box, method="crown")
+    late = compute_bounds(network, box, method="crown", deadline=time.monotonic() - 1.0)
+    assert (late.intermediate.upper[1] - late.intermediate.lower[1]).sum() > \
+        (timely.intermediate.upper[1] - timely.intermediate.lower[1]).sum()  # the late one did not refine
+    x = box[0] + 2 * torch.as_tensor(rng.uniform(size=(4000, 3)))
+    y = network.forward(x)
+    assert (y >= late.lower).all() and (y <= late.upper).all()

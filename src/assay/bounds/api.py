@@ -113,8 +113,9 @@ def compute_bounds(
         objective: for ``"alpha"``/``"beta"``: a function (LinearBounds, lower (B, S)) → (B,)
             to maximise instead of the sum of lower bounds (e.g. a sample-based volume).
         return_linear: also return linear bounds w.r.t. the input (CROWN-family methods).
-        deadline: for ``"alpha"``/``"beta"``: a ``time.monotonic()`` instant after which no
-            further optimisation step starts (the bounds stay sound, only less tight).
+        deadline: a ``time.monotonic()`` instant after which no further optimisation step
+            (``"alpha"``/``"beta"``) and no further CROWN bound of an intermediate tensor starts
+            (those keep their interval bounds): the bounds stay sound, only less tight.
         alphas: for ``"alpha"``/``"beta"``: slopes to start the optimisation from, one tensor
             (B, S, *layer shape) or None per ReLU layer, e.g. a parent domain's
             ``BoundsResult.alphas`` in branch and bound (any values are sound; they are
@@ -195,14 +196,17 @@ def compute_bounds(
             bounds = interval_pass(plan, lower, upper, deltas, clamp)
         elif spec_of_method.linear and (intermediate is None or refine_intermediate):
             for position in _refined_tensors(plan, fixed_layers):
+                if deadline is not None and time.monotonic() > deadline:
+                    break  # past the deadline: the later tensors keep their interval bounds (sound)
                 if position not in plan.relu_positions:  # a general operator's input: every element
-                    known[position] = _crown_tensor_bounds(plan, position, bounds, deltas, center, radius, relax)
+                    known[position] = _crown_tensor_bounds(plan, position, bounds, deltas, center, radius, relax,
+                                                           deadline)
                     bounds = interval_pass(plan, lower, upper, deltas, clamp)
                     continue
                 # With `intermediate` given, α's first iterate is CROWN on the given bounds:
                 # a separate CROWN pass first would only repeat it.
                 if intermediate_method == "crown" or intermediate is None:
-                    known[position] = _crown_layer_bounds(plan, position, bounds, deltas, center, radius, relax)
+                    known[position] = _crown_layer_bounds(plan, position, bounds, deltas, center, radius, relax, deadline)
                     bounds = interval_pass(plan, lower, upper, deltas, clamp)
                 if intermediate_method == "alpha" and position != plan.relu_positions[0]:
                     known[position] = _alpha_layer_bounds(plan, position, bounds, deltas, center, radius, relax,
@@ -304,16 +308,17 @@ def _refined_tensors(plan: Plan, fixed_layers: int) -> list[int]:
                   | {t for t in plan.operator_inputs if t >= first})
 
 
-def _crown_tensor_bounds(plan: Plan, tensor: int, bounds, deltas, center, radius, relax):
+def _crown_tensor_bounds(plan: Plan, tensor: int, bounds, deltas, center, radius, relax, deadline=None):
     """CROWN bounds of every element of ``tensor`` (one that a non-linear general operator reads:
     its relaxation depends on the whole interval, not only on a sign), never looser than before."""
     lower, upper = bounds[tensor]
     if lower[0].numel() > _OPERATOR_REFINE_MAX:  # see _OPERATOR_REFINE_MAX: the intervals stay (sound)
         return lower, upper
-    return _crown_layer_bounds_padded(plan, tensor, bounds, deltas, center, radius, relax, mask=upper > lower)
+    return _crown_layer_bounds_padded(plan, tensor, bounds, deltas, center, radius, relax, mask=upper > lower,
+                                      deadline=deadline)
 
 
-def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radius, relax):
+def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radius, relax, deadline=None):
     """CROWN bounds of the input of ReLU stage ``position``, only for neurons not yet stable.
 
     Stable neurons are relaxed exactly whatever their bounds, so only the unstable ones of each
@@ -327,7 +332,7 @@ def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radiu
                                                                   relax):
         return lower, upper
     if batch <= _MIN_GROUP:
-        return _crown_layer_bounds_padded(plan, position, bounds, deltas, center, radius, relax)
+        return _crown_layer_bounds_padded(plan, position, bounds, deltas, center, radius, relax, deadline=deadline)
     counts = unstable.reshape(batch, -1).sum(1)
     order = counts.argsort()
     new_lower, new_upper = lower.clone(), upper.clone()
@@ -370,7 +375,7 @@ def _crown_tightens(plan: Plan, position: int, bounds, deltas, center, radius, r
 
 
 def _crown_layer_bounds_padded(plan: Plan, position: int, bounds, deltas, center, radius, relax, only=None,
-                               mask=None):
+                               mask=None, deadline=None):
     """:func:`_crown_layer_bounds` for one group of domains (every row padded to the group's max);
     ``only`` (a bool mask of the layer's shape per domain) restricts which unstable neurons are
     bounded, and ``mask`` replaces "unstable" by any choice (see :func:`_bound_unstable_neurons`)."""
@@ -387,7 +392,7 @@ def _crown_layer_bounds_padded(plan: Plan, position: int, bounds, deltas, center
         back = backsubstitute(plan, position, C, d, bounds, deltas, relax=relax, scales=scales)
         return concretize(plan, back, center, radius)[0]
 
-    return _bound_unstable_neurons(bounds[position], chunk, bound_rows, only, mask)
+    return _bound_unstable_neurons(bounds[position], chunk, bound_rows, only, mask, deadline)
 
 
 def _alpha_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radius, relax, options, deadline,
@@ -429,7 +434,7 @@ def _no_linear(back: Backward, margin: torch.Tensor) -> None:
     return None
 
 
-def _bound_unstable_neurons(layer_bounds, chunk: int, bound_rows, only=None, mask=None):
+def _bound_unstable_neurons(layer_bounds, chunk: int, bound_rows, only=None, mask=None, deadline=None):
     """Tighten one layer's unstable neurons: ``bound_rows(neurons, C, d)`` returns sound lower
     bounds (B, 2m) of the rows ``C`` = (+unit on each neuron, then −unit), (B, 2m, *shape).
 
@@ -451,6 +456,8 @@ def _bound_unstable_neurons(layer_bounds, chunk: int, bound_rows, only=None, mas
     order = torch.sort(unstable.to(torch.int8), dim=1, descending=True, stable=True).indices
     size = flat_lower.shape[1]
     for start in range(0, width, chunk):
+        if deadline is not None and time.monotonic() > deadline:
+            break  # the neurons not reached keep their bounds (sound)
         neurons = order[:, start:min(start + chunk, width)]  # (B, m): only as many as the most unstable domain has
         valid = torch.gather(unstable, 1, neurons)
         m = neurons.shape[1]

@@ -206,6 +206,7 @@ def _bound_boxes(network, query, lower, upper, parents, method, dtype, stats, gr
         network, (lower.reshape(-1, *shape), upper.reshape(-1, *shape)), spec=(query.C, query.d),
         method=first, dtype=dtype, sides="upper", return_linear=True, intermediate=parents,
         weight_perturbation=weight_perturbation, fixed_layers=fixed_layers,
+        deadline=None if deadline is None else deadline.at,
     )
     stats.bound_calls += 1
     stats.domains += lower.shape[0]
