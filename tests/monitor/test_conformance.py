@@ -25,7 +25,7 @@ def _case(name, metric):
 
 
 CASES = [_case(name, metric) for name, cls in BACKENDS.items() for metric in cls.metrics]
-SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 def small_index(backend, dim, metric, epsilon):

@@ -31,7 +31,7 @@ from tests.requirements import require
 
 HOLDS, VIOLATED = VerificationStatus.HOLDS, VerificationStatus.VIOLATED
 EXAMPLES = int(os.environ.get("ASSAY_STREAM_EXAMPLES", "15"))
-EXAMPLES_LARGE = int(os.environ.get("ASSAY_STREAM_EXAMPLES_LARGE", "4"))
+EXAMPLES_LARGE = int(os.environ.get("ASSAY_STREAM_EXAMPLES_LARGE", "3"))
 
 
 # ---------------------------------------------------------------------------- networks
