@@ -6,7 +6,7 @@ leaves (networks with more than 16 inputs, and ``strategy="relu"`` on small ones
 input-splitting leaves.
 
 ``ASSAY_STREAM_EXAMPLES`` sets how many streams hypothesis draws per family of small networks
-(default 15) and ``ASSAY_STREAM_EXAMPLES_LARGE`` per family of 18- and 20-input ones (default 4,
+(default 15) and ``ASSAY_STREAM_EXAMPLES_LARGE`` per family of 18- and 20-input ones (default 3,
 their from-scratch checks cost more); ``benchmarks/online_streams.py`` runs the same streams long
 and seeded (over 1,000 steps)."""
 
