@@ -37,6 +37,8 @@ from typing import ClassVar
 
 import torch
 
+from assay.bounds.plan import gamma
+
 __all__ = ["Relaxation", "Crossing", "ElementwiseRule", "LIBM_ULPS", "ulp_margin", "widen", "dot"]
 
 # Bound on the error of torch's math functions (exp, log, sin, tanh, sigmoid, …) in units of the
@@ -79,11 +81,6 @@ def dot(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return (A * v).reshape(A.shape[0], A.shape[1], -1).sum(-1)
     flat_A = A.reshape(A.shape[0], A.shape[1], -1)
     return flat_A.matmul(v.reshape(v.shape[0], -1, 1)).squeeze(-1)
-
-
-def _gamma(terms: int, dtype: torch.dtype) -> float:
-    u = float(torch.finfo(dtype).eps) / 2
-    return 2.0 * terms * u / max(1.0 - terms * u, 0.5)
 
 
 def ulp_margin(magnitude: torch.Tensor, ulps: float = LIBM_ULPS) -> torch.Tensor:
@@ -161,7 +158,7 @@ class ElementwiseRule:
             u = float(torch.finfo(lower.dtype).eps) / 2
             n = max(1, lower[0].numel())
             rounding = 2 * u * dot(new.detach().abs(), m.unsqueeze(1).expand_as(new)) \
-                + _gamma(n + 2, lower.dtype) * terms.detach().abs().reshape(A.shape[0], A.shape[1], -1).sum(-1)
+                + gamma(n + 2, lower.dtype) * terms.detach().abs().reshape(A.shape[0], A.shape[1], -1).sum(-1)
         return Crossing((new,), offset, rounding)
 
 

@@ -29,16 +29,13 @@ from typing import ClassVar
 import torch
 from torch.func import vjp
 
+from assay.bounds.ibp import center_radius
+from assay.bounds.plan import gamma
 from assay.bounds.rules import register
 from assay.bounds.rules.base import Crossing, dot
 from assay.nn.ops import Affine, Binary, Concat, ConstMatMul, Conv, Gather, Neg, Pad, Reduce, Resize, Slice, Transpose
 
 __all__ = ["LinearRule"]
-
-
-def _gamma(terms: int, dtype: torch.dtype) -> float:
-    u = float(torch.finfo(dtype).eps) / 2
-    return 2.0 * terms * u / max(1.0 - terms * u, 0.5)
 
 
 class LinearRule:
@@ -66,17 +63,15 @@ class LinearRule:
         if self.moves_only:
             return layer.forward(*lowers), layer.forward(*uppers)
         dtype = lowers[0].dtype
-        centers = [(l + u) / 2 for l, u in inputs]
-        u_round = float(torch.finfo(dtype).eps) / 2
-        radii = [(torch.maximum(u - c, c - l).clamp(min=0) * (1 + 4 * u_round)) for (l, u), c in zip(inputs, centers)]
+        centers, radii = zip(*(center_radius(l, u) for l, u in inputs))
         absolute = self.absolute(layer)
         out_center = layer.forward(*centers)
         out_radius = absolute(*radii)
         constant = self._constant(layer, lowers)
         in_shapes = [tuple(t.shape[1:]) for t in lowers]
-        gamma = _gamma(self.fan(layer, in_shapes, tuple(out_center.shape[1:])) + 4, dtype)
+        relative = gamma(self.fan(layer, in_shapes, tuple(out_center.shape[1:])) + 4, dtype)
         scale = absolute(*[c.abs() + r for c, r in zip(centers, radii)]) + constant.abs()
-        margin = gamma * scale
+        margin = relative * scale
         return out_center - out_radius - margin, out_center + out_radius + margin
 
     def backward(self, layer, A: torch.Tensor, inputs, alpha=None) -> Crossing:
@@ -86,13 +81,13 @@ class LinearRule:
         _, pull = vjp(layer.forward, *zeros)
         pulled = pull(A.reshape(batch * rows, *A.shape[2:]))
         coefficients = tuple(p.reshape(batch, rows, *p.shape[1:]) for p in pulled)
-        constant = self._constant(layer, lowers[:1] and [l[:1] for l in lowers])  # (1, *out)
+        constant = self._constant(layer, lowers)  # (1, *out)
         offset = dot(A, constant) if bool((constant != 0).any()) else A.new_zeros(batch, rows)
         with torch.no_grad():
             rounding = A.new_zeros(batch, rows)
             n = max(1, constant[0].numel())
             if bool((constant != 0).any()):
-                rounding = rounding + _gamma(n + 2, A.dtype) * dot(A.detach().abs(), constant.abs())
+                rounding = rounding + gamma(n + 2, A.dtype) * dot(A.detach().abs(), constant.abs())
             in_shapes = [tuple(l.shape[1:]) for l in lowers]
             fan = self.fan(layer, in_shapes, tuple(A.shape[2:]))
             if not (self.moves_only and fan == 1):  # moving values backwards rounds nothing
@@ -100,7 +95,7 @@ class LinearRule:
                 magnitudes = [torch.maximum(l.abs(), u.abs()).amax(0, keepdim=True).nan_to_num(nan=big, posinf=big)
                               for l, u in inputs]
                 scaled = self.absolute(layer)(*magnitudes).nan_to_num(nan=big, posinf=big)
-                rounding = rounding + _gamma(fan + 2, A.dtype) * dot(A.detach().abs(), scaled)
+                rounding = rounding + gamma(fan + 2, A.dtype) * dot(A.detach().abs(), scaled)
         return Crossing(coefficients, offset, rounding)
 
     def backward_magnitude(self, layer, G: torch.Tensor, in_shapes) -> tuple[torch.Tensor, ...]:

@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from assay.bounds.rules.base import Crossing, _gamma
+from assay.bounds.plan import gamma
+from assay.bounds.rules.base import Crossing
 
 __all__ = ["parameter", "aligned_bounds", "sum_to", "product_corners", "interval_sum", "settled", "gamma", "underflow"]
-
-
-def gamma(terms: int, dtype: torch.dtype) -> float:
-    """γ_n = n·u/(1 − n·u): the relative error bound of a float sum or dot product of n terms."""
-    return _gamma(terms, dtype)
 
 
 def underflow(dtype: torch.dtype) -> float:
