@@ -22,6 +22,8 @@ INPUT_SPLIT_MAX_INPUTS = 16
 # Bound methods that input splitting can use: the registered ones that need no ReLU splits
 # (ReLU splitting always uses β-CROWN).
 INPUT_SPLIT_METHODS = tuple(name for name, method in METHODS.items() if not method.for_splits)
+# The branching strategies of verify (see VerifyOptions.strategy).
+STRATEGIES = ("auto", "input", "relu", "operator")
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ class VerifyOptions:
             raise OptionError(f"the `dtype` option of verify must be 'float64' or 'float32'; got {self.dtype!r}")
         check_int(self.batch_size, "batch_size", "verify", minimum=1)
         check_int(self.attack_restarts, "attack_restarts", "verify", minimum=0)
-        check_choice(self.strategy, "strategy", "verify", ("auto", "input", "relu", "operator"))
+        check_choice(self.strategy, "strategy", "verify", STRATEGIES)
         if self.memory_limit is not None:
             check_float(self.memory_limit, "memory_limit", "verify", minimum=0.0, strict=True)
         if not isinstance(self.keep_closed, bool):
