@@ -26,6 +26,7 @@ from assay.bounds.crown import backsubstitute
 from assay.bounds.ibp import interval_pass
 from assay.bounds.plan import plan_for
 from assay.bounds.relaxation import relax_relu
+from assay.bounds.relu_coefficients import batched_rows
 from assay.bounds.result import IntermediateBounds
 from assay.nn.network import Network
 
@@ -87,13 +88,8 @@ def split_candidates(network: Network, lower: torch.Tensor, upper: torch.Tensor,
 
     with torch.no_grad():
         bounds = interval_pass(plan, lower, upper, None, clamp, given=given)
-        C = torch.as_tensor(C, dtype=torch.float64)
-        if C.dim() == 2:
-            C = C.unsqueeze(0).expand(batch, *C.shape)
+        C, d = batched_rows(C, d, batch)
         rows = C.shape[1]
-        d = torch.zeros(batch, rows, dtype=torch.float64) if d is None else torch.as_tensor(d, dtype=torch.float64)
-        if d.dim() == 1:
-            d = d.unsqueeze(0).expand(batch, rows)
         tensors = sorted(set(plan.relu_positions) | set(plan.operator_tensors))
         scores = {t: torch.zeros(batch, bounds[t][0][0].numel(), dtype=torch.float64) for t in tensors}
 
