@@ -85,9 +85,67 @@ def test_forward_bounds_contain_every_sampled_tensor(kind, template, seed, width
             assert (value <= high).all(), f"{dtype} tensor {tensor}: above by {float((value - high).max()):.3g}"
     y = forward_batched(network, x)
     for dtype in ("float64", "float32"):
-        result = compute_bounds(network, (lower, upper), dtype=dtype, intermediate_method="forward")
-        low, high = result.lower.double().unsqueeze(0), result.upper.double().unsqueeze(0)
-        assert (y >= low).all() and (y <= high).all(), f"CROWN {dtype} with forward intermediate bounds"
+        for intermediate in ("forward", "hybrid"):
+            result = compute_bounds(network, (lower, upper), dtype=dtype, intermediate_method=intermediate)
+            low, high = result.lower.double().unsqueeze(0), result.upper.double().unsqueeze(0)
+            assert (y >= low).all() and (y <= high).all(), f"CROWN {dtype} with {intermediate} intermediate bounds"
+            relu_values = [values[t].reshape(SAMPLES, 2, -1) for t in plan.relu_positions]
+            for k, value in enumerate(relu_values):
+                low = result.intermediate.lower[k].reshape(1, 2, -1).double()
+                high = result.intermediate.upper[k].reshape(1, 2, -1).double()
+                assert (value >= low).all() and (value <= high).all(), f"{intermediate} {dtype}: ReLU layer {k}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@given(seed=st.integers(0, 2**32 - 1), width=st.sampled_from([1e-3, 0.3, 2.0]))
+@FAST
+def test_walks_stopped_at_a_cut_bound_every_sample(dtype, seed, width):
+    """CROWN rows of the output walked back only to each cut tensor, then through its forward
+    bounds, must hold on every sample (and the cuts of a chain are all its tensors)."""
+    from assay.bounds.crown import backsubstitute, concretize
+    from assay.bounds.forward import cut_tensors
+    from assay.bounds.ibp import center_radius, interval_pass
+
+    rng = np.random.default_rng(seed)
+    network = generator_graph(rng)
+    plan = plan_for(network, dtype)
+    assert cut_tensors(plan) == list(range(1, len(plan.stages) + 1))
+    lower = torch.as_tensor(rng.uniform(-1, 1, size=(3, 4)))
+    upper = lower + torch.as_tensor(rng.uniform(0, width, size=(3, 4)))
+    lower, upper = lower.to(dtype), upper.to(dtype)
+    cuts = {}
+    forward_bounds(plan, lower, upper, lambda position, low, high: (low, high), keep=set(range(1, 11)), cuts=cuts)
+    bounds = interval_pass(plan, lower, upper)
+    center, radius = center_radius(lower, upper)
+    C = torch.eye(2, dtype=dtype).expand(3, 2, 2)
+    C = torch.cat([C, -C], 1)
+    x = sample_box(lower.double(), upper.double(), rng, SAMPLES)
+    y = forward_batched(network, x)
+    values = torch.cat([y, -y], 2)
+    for stop, cut in cuts.items():
+        back = backsubstitute(plan, len(plan.stages), C, torch.zeros(3, 4, dtype=dtype), bounds, cut=cut)
+        low = concretize(plan, back, center, radius)[0].double()
+        assert (values >= low.unsqueeze(0)).all(), f"cut at {stop}: below by {float((low - values).max()):.3g}"
+
+
+def test_a_tensor_that_is_not_a_cut_is_refused():
+    """A residual connection around tensor 2 (stage 3 reads tensor 1): 2 is no cut."""
+    from assay.bounds.crown import backsubstitute
+    from assay.bounds.forward import cut_tensors
+    from assay.bounds.ibp import interval_pass
+
+    rng = np.random.default_rng(0)
+    layers = (Linear(_t(rng, 3, 2), _t(rng, 3)), ReLU(), Linear(_t(rng, 3, 3), _t(rng, 3)), ops.Binary("Add"),
+              Linear(_t(rng, 1, 3), _t(rng, 1)))
+    network = Network(layers, (2,), sources=((0,), (1,), (2,), (3, 1), (4,)))
+    plan = plan_for(network, torch.float64)
+    assert 2 not in cut_tensors(plan) and 4 in cut_tensors(plan)
+    lower, upper = -torch.ones(1, 2, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64)
+    cuts = {}
+    forward_bounds(plan, lower, upper, lambda position, low, high: (low, high), keep={2}, cuts=cuts)
+    with pytest.raises(ValueError, match="not a cut"):
+        backsubstitute(plan, len(plan.stages), torch.ones(1, 1, 1, dtype=torch.float64),
+                       torch.zeros(1, 1, dtype=torch.float64), interval_pass(plan, lower, upper), cut=cuts[2])
 
 
 def test_forward_bounds_of_a_generator_are_tighter_than_intervals():
@@ -108,6 +166,6 @@ def test_forward_is_chosen_only_where_backward_bounds_are_costly():
     # 5 inputs, then 64 × 32 × 32 activations: backward CROWN walks ~10⁵ elements per neuron
     big = Network((Linear(_t(rng, 64 * 4, 5), _t(rng, 64 * 4)), Reshape((64, 2, 2)),
                    ops.Resize((1, 16, 16)), ReLU(), Flatten(), Linear(_t(rng, 1, 64 * 32 * 32), _t(rng, 1))), (5,))
-    assert intermediate_method_for(plan_for(big, torch.float64)) == "forward"
+    assert intermediate_method_for(plan_for(big, torch.float64)) == "hybrid"
     wide = Network((Linear(_t(rng, 10, 300), _t(rng, 10)), ReLU(), Linear(_t(rng, 1, 10), _t(rng, 1))), (300,))
     assert intermediate_method_for(plan_for(wide, torch.float64)) == "crown"  # too many inputs for forward bounds

@@ -110,6 +110,7 @@ def backsubstitute(
     rounding: bool = True,
     forks: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None,
     operator_alphas: dict[int, tuple[torch.Tensor, ...]] | None = None,
+    cut=None,
 ) -> Backward:
     """Lower linear bound of ``C · (input of stage target) + d`` in terms of the network input.
 
@@ -147,6 +148,9 @@ def backsubstitute(
             ``rounding=False``).
         operator_alphas: per general operator's stage position, the free parameters of its rule's
             relaxation (a tuple of tensors in [0, 1]; absent: the rule's default choice).
+        cut: a :class:`~assay.bounds.forward.Cut`: the walk stops at its tensor (one every path
+            from the input to ``target`` crosses) and substitutes that tensor's forward linear
+            bounds in the input (:meth:`Cut.substitute`), instead of crossing the stages before it.
     """
     if forks and rounding:
         raise ValueError("backsubstitute: forks need rounding=False (their rows owe no rounding terms)")
@@ -156,15 +160,22 @@ def backsubstitute(
                  relax, observe, forks or {}, operator_alphas or {})
     walk.pending = {target: (C,)}
     walk.received = {target: 1}
-    for position in range(target - 1, -1, -1):
+    stop = 0 if cut is None else cut.tensor
+    for position in range(target - 1, stop - 1, -1):
         if position + 1 not in walk.pending:
             continue  # the stage's output does not reach the target
         (A,) = walk.pending.pop(position + 1)
         stage = plan.stages[position]
         _CROSS[type(stage)](walk, position, stage, A)
-    (A,) = walk.pending.pop(0)
+    (A,) = walk.pending.pop(stop)
+    if walk.pending:  # a cut must be crossed by every path (see Cut): nothing else may be waiting
+        raise ValueError(f"backsubstitute: tensor {stop} is not a cut of the walk from {target}")
     if rounding:
-        walk.error = walk.settle(0, A, None)
+        walk.error = walk.settle(stop, A, None)
+    if cut is not None:
+        A, offset, owed = cut.substitute(A, rounding)
+        walk.b = walk.b + offset
+        walk.error = walk.error + owed + (walk.gamma_b * offset.detach().abs() if rounding else 0.0)
     return Backward(A, walk.b, walk.error)
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -200,7 +201,47 @@ def _concretize(f: _LinearFunctions, center, radius, input_magnitude):
     return (low - margin).nan_to_num(nan=-torch.inf), (high + margin).nan_to_num(nan=torch.inf)
 
 
-def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp) -> dict[int, tuple]:
+@dataclass(frozen=True, eq=False)
+class Cut:
+    """The forward linear bounds of one tensor over B domains, where a backward walk may stop
+    (:func:`assay.bounds.crown.backsubstitute`'s ``cut``): every path from the input to the
+    tensors bounded after it must cross it, so coefficients reaching it are all it needs."""
+
+    tensor: int
+    functions: _LinearFunctions  # (B, n_in, *shape) coefficients, (B, *shape) constants and budgets
+    input_magnitude: torch.Tensor  # (B, n_in): max |x| over each domain
+    input_shape: tuple[int, ...]
+
+    def select(self, members: torch.Tensor) -> Cut:
+        """The cut for the domains ``members`` (an index tensor)."""
+        f = self.functions
+        picked = _LinearFunctions(*(t[members] for t in (f.a_lo, f.c_lo, f.e_lo, f.a_hi, f.c_hi, f.e_hi)))
+        return Cut(self.tensor, picked, self.input_magnitude[members], self.input_shape)
+
+    def substitute(self, A: torch.Tensor, rounding: bool = True):
+        """For coefficients ``A`` (B, S, *shape) on the tensor z: ``(A_x, offset, owed)`` with
+        ``A·z ≥ A_x·x + offset − owed`` for every x of each domain, exactly: positive coefficients
+        take z's lower function, negative ones its upper function (both with their budgets);
+        ``owed`` bounds the rounding of these sums of Q products (γ_{Q+n+8} of their magnitudes)."""
+        f = self.functions
+        batch, rows = A.shape[:2]
+        flat = A.reshape(batch, rows, -1)
+        positive, negative = flat.clamp(min=0), flat.clamp(max=0)
+        coefficients = lambda t: t.reshape(batch, t.shape[1], -1).transpose(1, 2)  # noqa: E731
+        vector = lambda t: t.reshape(batch, -1, 1)  # noqa: E731
+        A_x = positive.matmul(coefficients(f.a_lo)) + negative.matmul(coefficients(f.a_hi))
+        offset = (positive.matmul(vector(f.c_lo - f.e_lo)) + negative.matmul(vector(f.c_hi + f.e_hi))).squeeze(-1)
+        if not rounding:
+            return A_x.reshape(batch, rows, *self.input_shape), offset, torch.zeros_like(offset)
+        with torch.no_grad():
+            terms = flat.shape[-1] + self.input_magnitude.shape[1] + 8
+            scale = f.magnitude(self.input_magnitude) + f.e_lo + f.e_hi
+            owed = gamma(terms, A.dtype) * flat.detach().abs().matmul(vector(scale)).squeeze(-1)
+        return A_x.reshape(batch, rows, *self.input_shape), offset, owed
+
+
+def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, keep=(),
+                   cuts: dict[int, Cut] | None = None) -> dict[int, tuple]:
     """Concrete bounds of the input of every ReLU stage and of every tensor a non-linear general
     operator reads, by forward linear bounds.
 
@@ -210,7 +251,9 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp) 
             otherwise (IBP, a parent domain, split constraints); its result is what the ReLU
             relaxation uses, so it must itself be sound.
     Returns:
-        ``{tensor: (lower, upper)}`` (after ``clamp``) for those tensors.
+        ``{tensor: (lower, upper)}`` (after ``clamp``) for those tensors. With ``keep`` (tensor
+        indices) and a dict ``cuts``, each kept tensor's functions are stored in ``cuts`` as a
+        :class:`Cut` (meaningful where the tensor is a cut, see :func:`cut_tensors`).
     """
     plan.require_no_maxpool("forward linear bounds (intermediate_method='forward')")
     batch = lower.shape[0]
@@ -244,10 +287,25 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp) 
         else:
             f = _affine(stage, functions[stage.sources[0]], input_magnitude)
         functions[position + 1] = f
+        if position + 1 in keep and cuts is not None:
+            cuts[position + 1] = Cut(position + 1, f, input_magnitude, tuple(lower.shape[1:]))
         for source in stage.sources:  # free what no later stage reads (the tensors are large)
             if plan.last_use[source] == position:
                 functions.pop(source, None)
     return result
+
+
+def cut_tensors(plan: Plan) -> list[int]:
+    """The tensors t ≥ 1 that every path from the input to a later tensor crosses (no stage from
+    t on reads a tensor before t), ascending: where a backward walk can stop (:class:`Cut`)."""
+    reads_before = [min(stage.sources) for stage in plan.stages]
+    cuts, earliest = [], len(plan.stages)
+    for t in range(len(plan.stages), 0, -1):  # earliest = the least tensor read by stages t, t+1, …
+        if t < len(plan.stages):
+            earliest = min(earliest, reads_before[t])
+        if earliest >= t:
+            cuts.append(t)
+    return sorted(cuts)
 
 
 # Backward substitution for every refined tensor costs about this many coefficient operations
@@ -257,8 +315,9 @@ _BACKWARD_BUDGET = 2e8
 
 
 def intermediate_method_for(plan: Plan) -> str:
-    """``"forward"`` where backward CROWN bounds of the intermediate tensors would cost far more
-    than forward linear bounds, else ``"crown"``.
+    """``"hybrid"`` (forward linear bounds, then CROWN where its walks are short, see
+    :func:`~assay.bounds.compute_bounds`) where backward CROWN bounds of every intermediate
+    tensor would cost far more than forward linear bounds, else ``"crown"``.
 
     Backward substitution walks the whole prefix of the network once per refined element (two
     rows); forward bounds push (inputs + 1) functions per side through the network once. A
@@ -275,4 +334,4 @@ def intermediate_method_for(plan: Plan) -> str:
     prefix = list(itertools.accumulate(sizes))
     backward = sum(2 * sizes[t] * prefix[t] for t in refined)
     forward = 2 * (inputs + 1) * prefix[-1]
-    return "forward" if backward > _BACKWARD_BUDGET and backward > 8 * forward else "crown"
+    return "hybrid" if backward > _BACKWARD_BUDGET and backward > 8 * forward else "crown"
