@@ -214,17 +214,17 @@ def compute_bounds(
                 if position not in plan.relu_positions:  # a general operator's input: every element
                     known[position] = _crown_tensor_bounds(plan, position, bounds, deltas, center, radius, relax,
                                                            deadline)
-                    bounds = interval_pass(plan, lower, upper, deltas, clamp)
+                    bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position)
                     continue
                 # With `intermediate` given, α's first iterate is CROWN on the given bounds:
                 # a separate CROWN pass first would only repeat it.
                 if intermediate_method == "crown" or intermediate is None:
                     known[position] = _crown_layer_bounds(plan, position, bounds, deltas, center, radius, relax, deadline)
-                    bounds = interval_pass(plan, lower, upper, deltas, clamp)
+                    bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position)
                 if intermediate_method == "alpha" and position != plan.relu_positions[0]:
                     known[position] = _alpha_layer_bounds(plan, position, bounds, deltas, center, radius, relax,
                                                           options, deadline, split_signs)
-                    bounds = interval_pass(plan, lower, upper, deltas, clamp)
+                    bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position)
 
     rows_lower, rows_upper = _sided_rows(C, d, sides)
     linear, optimised_alphas = None, None

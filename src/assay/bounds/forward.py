@@ -145,7 +145,7 @@ def _linear_operator(stage: OperatorStage, sources: list[_LinearFunctions], inpu
             layer.forward(*[f.e_lo for f in sources]) - constant,
             coefficients(*[f.a_hi for f in sources]), layer.forward(*[f.c_hi for f in sources]),
             layer.forward(*[f.e_hi for f in sources]) - constant)
-    absolute = rule.absolute(layer)
+    absolute = rule.absolute_map(layer)
     a_mid = coefficients(*[(f.a_lo + f.a_hi) / 2 for f in sources])
     a_half = lead(absolute(*[flat((f.a_hi - f.a_lo) / 2) for f in sources]))
     c_mid = layer.forward(*[(f.c_lo + f.c_hi) / 2 for f in sources])

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from typing import ClassVar
 
 import torch
@@ -61,6 +62,14 @@ class LinearRule:
     def alpha_tensors(self) -> int:
         return 0
 
+    def absolute_map(self, layer):
+        """:meth:`absolute` of ``layer``, built once per layer (building one copies and checks the
+        layer's constants: on nn4sys' pensieve that was a fifth of a CROWN pass)."""
+        cache = self.__dict__.setdefault("_absolute_maps", weakref.WeakKeyDictionary())
+        if layer not in cache:
+            cache[layer] = self.absolute(layer)
+        return cache[layer]
+
     def transpose(self, layer, G: torch.Tensor, in_shapes) -> tuple[torch.Tensor, ...]:
         """``Lᵀ G`` per input for G (N, *out_shape): torch's vector-Jacobian product, exact for
         any affine map (subclasses may give a direct transpose, e.g. a convolution's adjoint)."""
@@ -75,7 +84,7 @@ class LinearRule:
             return layer.forward(*lowers), layer.forward(*uppers)
         dtype = lowers[0].dtype
         centers, radii = zip(*(center_radius(l, u) for l, u in inputs))
-        absolute = self.absolute(layer)
+        absolute = self.absolute_map(layer)
         out_center = layer.forward(*centers)
         out_radius = absolute(*radii)
         constant = self._constant(layer, lowers)
@@ -103,7 +112,7 @@ class LinearRule:
                 big = torch.finfo(A.dtype).max
                 magnitudes = [torch.maximum(l.abs(), u.abs()).amax(0, keepdim=True).nan_to_num(nan=big, posinf=big)
                               for l, u in inputs]
-                scaled = self.absolute(layer)(*magnitudes).nan_to_num(nan=big, posinf=big)
+                scaled = self.absolute_map(layer)(*magnitudes).nan_to_num(nan=big, posinf=big)
                 rounding = rounding + gamma(fan + 2, A.dtype) * dot(A.detach().abs(), scaled)
         return Crossing(coefficients, offset, rounding)
 
@@ -113,7 +122,7 @@ class LinearRule:
         a branching score, never a bound."""
         batch, rows = G.shape[:2]
         zeros = [torch.zeros(batch * rows, *shape, dtype=G.dtype) for shape in in_shapes]
-        _, pull = vjp(self.absolute(layer), *zeros)
+        _, pull = vjp(self.absolute_map(layer), *zeros)
         return tuple(p.reshape(batch, rows, *p.shape[1:]) for p in pull(G.reshape(batch * rows, *G.shape[2:])))
 
     def _constant(self, layer, like: list[torch.Tensor]) -> torch.Tensor:
