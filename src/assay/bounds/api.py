@@ -107,8 +107,13 @@ def compute_bounds(
             the next layer is bounded; the tightest and by far the costliest, meant for the
             root of a branch-and-bound search; with ``intermediate`` given, the CROWN pass is
             skipped, as α starts from it; with ``method="beta"`` and ``splits``, each neuron's
-            bounds also get multipliers of their own for the earlier layers' splits). The output
-            rows always use backward CROWN.
+            bounds also get multipliers of their own for the earlier layers' splits) or
+            ``"hybrid"`` (forward bounds, then CROWN for the tensors whose backward walk back to
+            a cut, a tensor every path from the input crosses, is short, with the cut's forward
+            bounds substituted there; the others keep their forward bounds: for networks with few
+            inputs and large tensors, a generator, where full CROWN costs minutes per domain;
+            :func:`~assay.bounds.intermediate_method_for` says when). The output rows always use
+            backward CROWN.
         weight_perturbation: δ ≥ 0: every weight and bias of every Linear/Conv2d layer may
             move by up to δ (ℓ∞); or a sequence with one δ per Linear/Conv2d layer, in order;
             or a dict ``{layer index: δ}``. Bounds then hold for every such network.
