@@ -26,6 +26,7 @@ from assay.bounds import (
     LinearBounds,
     compute_bounds,
     gradient_bounds,
+    intermediate_method_for,
     plan_for,
 )
 from assay.nn.network import Network
@@ -203,10 +204,16 @@ def bound_boxes(network, query, lower, upper, parents, method, dtype, stats, gri
     """
     shape = network.input_shape
     first = "crown" if method == "alpha" else method
+    # A generator's images cost minutes of backward CROWN per box, forward bounds a fraction of a
+    # second (cgan: 5 inputs); weight perturbation and fixed layers need the backward pass.
+    intermediate_method = "crown"
+    if first != "ibp" and weight_perturbation is None and not fixed_layers:
+        intermediate_method = intermediate_method_for(plan_for(network, torch.float64))
     result = compute_bounds(
         network, (lower.reshape(-1, *shape), upper.reshape(-1, *shape)), spec=(query.C, query.d),
         method=first, dtype=dtype, sides="upper", return_linear=True, intermediate=parents,
-        refine_intermediate=refine_intermediate, weight_perturbation=weight_perturbation, fixed_layers=fixed_layers,
+        refine_intermediate=refine_intermediate, intermediate_method=intermediate_method,
+        weight_perturbation=weight_perturbation, fixed_layers=fixed_layers,
         deadline=None if deadline is None else deadline.at,
     )
     stats.bound_calls += 1
