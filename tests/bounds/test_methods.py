@@ -20,7 +20,7 @@ PUBLIC = {
     "IntermediateBounds", "AlphaCrownOptions", "BetaCrownOptions", "Plan", "plan_for", "interval_pass",
     "center_radius", "relax_relu", "backsubstitute", "concretize", "optimize_bounds", "GradientBounds",
     "gradient_bounds", "lipschitz_bounds", "input_sensitivities", "affine_forms", "pattern_lower_bound",
-    "ReluCoefficients", "relu_coefficients", "split_child_bounds", "SplitCandidates", "split_candidates",
+    "ReluCoefficients", "relu_coefficients", "split_child_bounds", "SplitCandidates", "split_candidates", "intermediate_method_for",
 }
 
 
@@ -63,3 +63,18 @@ def test_a_plugged_in_relaxation_is_used_and_stays_sound(monkeypatch, rng):
     assert (y >= plugged.lower).all() and (y <= plugged.upper).all()
     assert not torch.allclose(plugged.lower, crown.lower)  # the relaxation really changed the bounds
     assert plugged.method == "crown0"
+
+
+def test_no_public_name_of_a_lazy_package_is_also_a_submodule():
+    """Importing a submodule sets the package attribute of its name: a public function of the
+    same name (loaded lazily) would then read as the module, wherever that import came first."""
+    import pkgutil
+
+    import assay.bounds
+    import assay.datasets
+    import assay.monitor.frnn
+    import assay.verify
+
+    for package in (assay.bounds, assay.datasets, assay.monitor.frnn, assay.verify):
+        submodules = {info.name for info in pkgutil.iter_modules(package.__path__)}
+        assert not submodules & set(package.__all__), package.__name__

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import torch
 
+from assay.bounds.coefficient_walk import batched_rows
 from assay.bounds.crown import backsubstitute
 from assay.bounds.ibp import interval_pass
 from assay.bounds.plan import plan_for
 from assay.bounds.relaxation import relax_relu
-from assay.bounds.relu_coefficients import batched_rows
 from assay.bounds.result import IntermediateBounds
 from assay.nn.network import Network
 
