@@ -12,6 +12,7 @@ import torch
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
 from assay.bounds import IntermediateBounds
+from assay.bounds.ibp import cast_outward
 from assay.nn import Linear, Network, ReLU
 from assay.verify import VerificationStatus, verify
 from assay.verify import first_layer as first_layer_module
@@ -174,3 +175,17 @@ def test_relu_splitting_on_one_hidden_layer_agrees_with_an_exact_milp(seed, monk
     assert result.status is expected, result
     if expected is VerificationStatus.HOLDS:
         assert calls  # the search branched on the first layer and tightened it
+
+
+def test_bounds_kept_in_float32_are_rounded_outwards():
+    """The search may hold a domain's bounds in float32: the float64 bounds go into it outwards."""
+    network, lower, upper, splits, bounds = _domains(7)
+    form = first_layer(network)
+    wide, _ = tighten_first_layer(form, lower, upper, splits, bounds)
+    narrow_start = IntermediateBounds(*((side,) for side in cast_outward(bounds.lower[0], bounds.upper[0], torch.float32)))
+    narrow, _ = tighten_first_layer(form, lower, upper, splits, narrow_start)
+    assert narrow.upper[0].dtype == torch.float32
+    tightened = wide.upper[0] < bounds.upper[0]
+    assert tightened.any()
+    assert (narrow.upper[0].double() >= wide.upper[0]).all()
+    assert (narrow.lower[0].double() <= wide.lower[0]).all()

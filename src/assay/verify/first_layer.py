@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from assay.bounds import IntermediateBounds
+from assay.bounds.ibp import cast_outward
 from assay.bounds.optimize import Adam
 from assay.bounds.plan import gamma
 from assay.nn.layers import Flatten, Linear, Reshape
@@ -113,9 +114,10 @@ def tighten_first_layer(form: FirstLayer, lower: torch.Tensor, upper: torch.Tens
         for start in range(0, todo.numel(), step):
             index = todo[start:start + step]
             up, low, neuron = _tightened(form, lower[index], upper[index], s[index], target[index], iterations)
-            dtype = new_upper.dtype
-            new_upper[index] = new_upper[index].scatter_reduce(1, neuron, up.to(dtype), "amin")
-            new_lower[index] = new_lower[index].scatter_reduce(1, neuron, low.to(dtype), "amax")
+            # into the bounds' dtype (float32 where the search refines in it) rounded outwards
+            low, up = cast_outward(low, up, new_upper.dtype)
+            new_upper[index] = new_upper[index].scatter_reduce(1, neuron, up, "amin")
+            new_lower[index] = new_lower[index].scatter_reduce(1, neuron, low, "amax")
     empty = (new_lower > new_upper).any(1)
     new_lower, new_upper = new_lower.reshape(shape), new_upper.reshape(shape)
     return IntermediateBounds((new_lower, *bounds.lower[1:]), (new_upper, *bounds.upper[1:])), empty
