@@ -20,7 +20,7 @@ PUBLIC = {
     "IntermediateBounds", "AlphaCrownOptions", "BetaCrownOptions", "Plan", "plan_for", "interval_pass",
     "center_radius", "relax_relu", "backsubstitute", "concretize", "optimize_bounds", "GradientBounds",
     "gradient_bounds", "lipschitz_bounds", "input_sensitivities", "affine_forms", "pattern_lower_bound",
-    "ReluCoefficients", "relu_coefficients", "split_child_bounds",
+    "ReluCoefficients", "relu_coefficients", "split_child_bounds", "SplitCandidates", "split_candidates",
 }
 
 

@@ -84,7 +84,7 @@ def test_demo_sections_monitor_and_knn(invoke):
 
 def test_demo_section_choice(invoke):
     listed = invoke("demo", "--sections", "list")
-    assert listed.exit_code == 0 and listed.stdout.split() == ["verify", "online", "preimage", "cfx", "monitor", "serve", "knn"]
+    assert listed.exit_code == 0 and listed.stdout.split() == ["verify", "general", "online", "preimage", "cfx", "monitor", "serve", "knn"]
     result = invoke("demo", "--sections", "verify,nope")
     assert result.exit_code == 2 and "nope" in result.stderr and "choose from" in result.stderr
     text = invoke("demo", "--sections", "knn")

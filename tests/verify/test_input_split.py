@@ -51,7 +51,7 @@ def test_clipping_never_cuts_away_a_point_that_could_violate():
 def test_alpha_pass_bounds_hold_at_sampled_points_and_are_never_looser_than_crown():
     """The α-CROWN pass on boxes CROWN leaves open: its row bounds, linear bounds and conjunction
     bounds hold at sampled points of every box, and never exceed CROWN's."""
-    from assay.verify.input_split import _bound_boxes
+    from assay.verify.input_split import bound_boxes
     from assay.verify.problem import from_unsafe
     from assay.verify.search import SearchStats
     from tests.verify.test_verify import random_network
@@ -70,8 +70,8 @@ def test_alpha_pass_bounds_hold_at_sampled_points_and_are_never_looser_than_crow
         SimpleNamespace(C=C[:2], d=offsets[:2]), SimpleNamespace(C=C[2:], d=offsets[2:]),
     ))
     query = from_unsafe(network, SimpleNamespace(lower=-torch.ones(3), upper=torch.ones(3)), unsafe)[0]
-    crown, crown_groups = _bound_boxes(network, query, lower, upper, None, "crown", "float64", SearchStats(), {})
-    alpha, alpha_groups = _bound_boxes(network, query, lower, upper, None, "alpha", "float64", SearchStats(), {})
+    crown, crown_groups = bound_boxes(network, query, lower, upper, None, "crown", "float64", SearchStats(), {})
+    alpha, alpha_groups = bound_boxes(network, query, lower, upper, None, "alpha", "float64", SearchStats(), {})
     values = rows + offsets
     linear_values = torch.einsum("cbn,brn->cbr", x, alpha.linear.upper_A.reshape(200, 3, 3)) + alpha.linear.upper_b
     per_group = torch.stack([values[..., query.groups == g].amin(-1) for g in range(2)], -1)

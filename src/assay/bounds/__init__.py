@@ -11,7 +11,8 @@ walks use the public functions exported here, never the modules' private names:
 * the shared walks (:mod:`assay.bounds.walks`): :func:`gradient_bounds`, :func:`lipschitz_bounds`,
   :func:`input_sensitivities`, :func:`affine_forms`, :func:`pattern_lower_bound`;
 * :func:`relu_coefficients`: the weight of every ReLU input in CROWN's bound of the rows,
-  and :func:`split_child_bounds`: CROWN's bounds of a domain's split children (branching heuristics).
+  and :func:`split_child_bounds`: CROWN's bounds of a domain's split children (branching heuristics);
+  :func:`split_candidates`: the general split's scores of every splittable operator input.
 
 Names are loaded on first use: the method registry (:mod:`assay.bounds.methods`) can be read
 without loading torch.
@@ -49,6 +50,8 @@ __all__ = [
     "ReluCoefficients",
     "relu_coefficients",
     "split_child_bounds",
+    "SplitCandidates",
+    "split_candidates",
 ]
 
 _HOMES = {
@@ -79,6 +82,8 @@ _HOMES = {
     "ReluCoefficients": "assay.bounds.relu_coefficients",
     "relu_coefficients": "assay.bounds.relu_coefficients",
     "split_child_bounds": "assay.bounds.split_estimates",
+    "SplitCandidates": "assay.bounds.branching",
+    "split_candidates": "assay.bounds.branching",
 }
 
 

@@ -160,6 +160,11 @@ def compute_bounds(
             _check_intermediate(plan, intermediate, batch)
             for k, position in enumerate(plan.relu_positions):
                 known[position] = cast_outward(intermediate.lower[k], intermediate.upper[k], torch_dtype)
+            for k, tensor in enumerate(plan.operator_tensors if intermediate.operator_lower else ()):
+                given = cast_outward(intermediate.operator_lower[k], intermediate.operator_upper[k], torch_dtype)
+                if tensor in known:  # a ReLU's input that an operator reads too: both hold
+                    given = torch.maximum(given[0], known[tensor][0]), torch.minimum(given[1], known[tensor][1])
+                known[tensor] = given
         infeasible = torch.zeros(batch, dtype=torch.bool)
 
         def clamp(position, l, u):
@@ -292,7 +297,8 @@ def compute_bounds(
     intermediate_out = None
     if spec_of_method.linear or plan.relu_positions:
         intermediate_out = IntermediateBounds(
-            tuple(bounds[p][0] for p in plan.relu_positions), tuple(bounds[p][1] for p in plan.relu_positions)
+            tuple(bounds[p][0] for p in plan.relu_positions), tuple(bounds[p][1] for p in plan.relu_positions),
+            tuple(bounds[t][0] for t in plan.operator_tensors), tuple(bounds[t][1] for t in plan.operator_tensors),
         )
     return BoundsResult(result_lower.detach(), result_upper.detach(), method, linear, intermediate_out, C, d, stats,
                         optimised_alphas)
@@ -627,9 +633,15 @@ def _resolve_splits(plan: Plan, splits, batch: int) -> dict[int, torch.Tensor]:
 
 
 def _check_intermediate(plan: Plan, intermediate: IntermediateBounds, batch: int):
-    # without ReLU layers there is nothing to hold (and no tensor to count the domains by)
-    if len(intermediate.lower) != len(plan.relu_positions) or (intermediate.lower and intermediate.batch_size != batch):
+    # without any tensor to hold there is no batch to count the domains by
+    counted = intermediate.lower or intermediate.operator_lower
+    if len(intermediate.lower) != len(plan.relu_positions) or (counted and intermediate.batch_size != batch):
         raise OptionError(
             f"intermediate bounds cover {len(intermediate.lower)} ReLU layers and {intermediate.batch_size} domains; "
             f"expected {len(plan.relu_positions)} layers and {batch} domains"
+        )
+    if intermediate.operator_lower and len(intermediate.operator_lower) != len(plan.operator_tensors):
+        raise OptionError(
+            f"intermediate bounds cover {len(intermediate.operator_lower)} tensors read by general operators; "
+            f"the network has {len(plan.operator_tensors)} (or pass none)"
         )

@@ -110,6 +110,7 @@ def backsubstitute(
     rounding: bool = True,
     forks: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None,
     operator_alphas: dict[int, tuple[torch.Tensor, ...]] | None = None,
+    observe_outputs=None,
 ) -> Backward:
     """Lower linear bound of ``C · (input of stage target) + d`` in terms of the network input.
 
@@ -147,13 +148,17 @@ def backsubstitute(
             ``rounding=False``).
         operator_alphas: per general operator's stage position, the free parameters of its rule's
             relaxation (a tuple of tensors in [0, 1]; absent: the rule's default choice).
+        observe_outputs: optional ``observe_outputs(position, A)``, called at each ReLU stage and
+            non-linear general operator the rows reach, with the coefficients on its *output*
+            just before crossing it (how much the looseness of its relaxation costs each row:
+            the general split's branching scores read it).
     """
     if forks and rounding:
         raise ValueError("backsubstitute: forks need rounding=False (their rows owe no rounding terms)")
     if rounding and scales is None:
         scales = rounding_scales(plan, target, bounds)
     walk = _Walk(plan, bounds, C, d, rounding, scales, deltas or {}, slopes or {}, betas or {}, relaxations or {},
-                 relax, observe, forks or {}, operator_alphas or {})
+                 relax, observe, forks or {}, operator_alphas or {}, observe_outputs)
     walk.pending = {target: (C,)}
     walk.received = {target: 1}
     for position in range(target - 1, -1, -1):
@@ -177,8 +182,9 @@ class _Walk:
     """
 
     def __init__(self, plan, bounds, C, d, rounding, scales, deltas, slopes, betas, relaxations, relax, observe,
-                 forks, operator_alphas):
+                 forks, operator_alphas, observe_outputs=None):
         self.plan, self.bounds, self.rounding, self.scales = plan, bounds, rounding, scales
+        self.observe_outputs = observe_outputs
         self.deltas, self.slopes, self.betas, self.relaxations = deltas, slopes, betas, relaxations
         self.relax, self.observe, self.forks, self.operator_alphas = relax, observe, forks, operator_alphas
         self.fixed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # per ReLU position, the rows' fixed neurons
@@ -233,6 +239,8 @@ def _cross_maxpool(walk: _Walk, position: int, stage: MaxPoolStage, A: torch.Ten
 
 def _cross_operator(walk: _Walk, position: int, stage: OperatorStage, A: torch.Tensor) -> None:
     """A general operator: its rule crosses it (coefficients per source, an offset, its rounding)."""
+    if walk.observe_outputs is not None and stage.nonlinear:
+        walk.observe_outputs(position, A)
     crossing = stage.cross(A, walk.bounds, walk.operator_alphas.get(position))
     if walk.rounding:
         walk.error = (walk.settle(position + 1, A, None) + crossing.rounding
@@ -244,6 +252,8 @@ def _cross_operator(walk: _Walk, position: int, stage: OperatorStage, A: torch.T
 
 def _cross_relu(walk: _Walk, position: int, stage: ReluStage, A: torch.Tensor) -> None:
     bounds, u = walk.bounds, walk.u
+    if walk.observe_outputs is not None:
+        walk.observe_outputs(position, A)
     if position in walk.forks:
         A, walk.b, walk.error, fix = _fork(walk.pending, A, walk.b, walk.error, walk.spec_rows, *walk.forks[position])
         walk.fixed[position] = fix

@@ -204,6 +204,8 @@ class Plan:
         # they are relaxed, as it refines the ReLU inputs.
         self.operator_inputs = sorted({source for s in self.stages if isinstance(s, OperatorStage) and s.nonlinear
                                        for source in s.sources})
+        # Those whose bounds IntermediateBounds carries (the input's are the domain itself).
+        self.operator_tensors = [t for t in self.operator_inputs if t > 0]
         self.is_general = any(isinstance(s, OperatorStage) for s in self.stages)
         # general operators whose relaxation has free parameters (α-CROWN tunes them)
         self.parametrised_operators = [i for i, s in enumerate(self.stages)

@@ -42,6 +42,19 @@ class ReluCoefficients:
     b: torch.Tensor
 
 
+def batched_rows(C, d, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows ``C`` (S, n_out) or (B, S, n_out) and offsets ``d`` (None, (S,) or (B, S)) as float64
+    tensors (B, S, n_out) and (B, S) for ``batch`` domains."""
+    C = torch.as_tensor(C, dtype=torch.float64)
+    if C.dim() == 2:
+        C = C.unsqueeze(0).expand(batch, *C.shape)
+    rows = C.shape[1]
+    d = torch.zeros(batch, rows, dtype=torch.float64) if d is None else torch.as_tensor(d, dtype=torch.float64)
+    if d.dim() == 1:
+        d = d.unsqueeze(0).expand(batch, rows)
+    return C, d
+
+
 def relu_coefficients(
     network: Network,
     intermediate: IntermediateBounds,
@@ -70,13 +83,8 @@ def relu_coefficients(
     plan.require_no_maxpool("relu_coefficients")  # it holds the bounds of ReLU inputs only
     plan.require_relu_network("relu_coefficients")
     batch = intermediate.batch_size
-    C = torch.as_tensor(C, dtype=torch.float64)
-    if C.dim() == 2:
-        C = C.unsqueeze(0).expand(batch, *C.shape)
+    C, d = batched_rows(C, d, batch)
     rows = C.shape[1]
-    d = torch.zeros(batch, rows, dtype=torch.float64) if d is None else torch.as_tensor(d, dtype=torch.float64)
-    if d.dim() == 1:
-        d = d.unsqueeze(0).expand(batch, rows)
     if len(intermediate.lower) != len(plan.relu_positions):
         raise ValueError(f"intermediate bounds cover {len(intermediate.lower)} ReLU layers; the network has "
                          f"{len(plan.relu_positions)}")

@@ -45,23 +45,32 @@ class LinearBounds:
 
 @dataclass(frozen=True, eq=False)
 class IntermediateBounds:
-    """Pre-activation bounds of every ReLU layer, reusable in a later call on a sub-domain.
+    """Bounds of the tensors the bound methods relax, reusable in a later call on a sub-domain.
 
-    ``lower[k]`` and ``upper[k]`` have shape (B, *shape of the k-th ReLU layer). They are valid for
-    the domains they were computed on, and therefore for any sub-domain of them (e.g. a child
-    produced by splitting an input or a ReLU).
+    ``lower[k]`` and ``upper[k]`` have shape (B, *shape of the input of the k-th ReLU layer).
+    ``operator_lower[k]`` / ``operator_upper[k]``: the same for the k-th tensor of the plan's
+    ``operator_tensors`` (the tensors, other than the network's input, that a non-linear general
+    operator reads: sigmoid, product, softmax, …); empty where none are known (every bound method
+    then computes its own). They are valid for the domains they were computed on, and therefore for
+    any sub-domain of them (e.g. a child produced by splitting an input, a ReLU, or an operator's
+    input: such a child narrows its own entries).
     """
 
     lower: tuple[torch.Tensor, ...]
     upper: tuple[torch.Tensor, ...]
+    operator_lower: tuple[torch.Tensor, ...] = ()
+    operator_upper: tuple[torch.Tensor, ...] = ()
 
     @property
     def batch_size(self) -> int:
-        return self.lower[0].shape[0] if self.lower else 0
+        first = self.lower or self.operator_lower
+        return first[0].shape[0] if first else 0
 
     def select(self, index) -> "IntermediateBounds":
         """Bounds of the domains picked by ``index`` (an index tensor, slice or bool mask)."""
-        return IntermediateBounds(tuple(t[index] for t in self.lower), tuple(t[index] for t in self.upper))
+        return IntermediateBounds(tuple(t[index] for t in self.lower), tuple(t[index] for t in self.upper),
+                                  tuple(t[index] for t in self.operator_lower),
+                                  tuple(t[index] for t in self.operator_upper))
 
 
 @dataclass(frozen=True, eq=False)

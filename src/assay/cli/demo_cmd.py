@@ -219,6 +219,28 @@ def _print_knn(out, data: dict) -> None:
                   "(re-checked by re-running it). `assay knn-fairness` certifies a whole test file.")
 
 
+# ------------------------------------------------------------------------------- general networks
+def _print_general(out, data: dict) -> None:
+    sampled = data["sampled"]
+    low, high = data["box"]["lower"], data["box"]["upper"]
+    box_text = " × ".join(f"[{a:g}, {b:g}]" for a, b in zip(low, high))
+    out.print(f"General networks: a control policy built from {', '.join(data['operators'])} layers, over the states "
+              f"{box_text}. Sampled outputs span [{sampled['min']:.4f}, {sampled['max']:.4f}]; sound bounds, each "
+              "operator relaxed by its own rule: "
+              + "; ".join(f"{_METHOD_NAMES[name]} [{b['lower']:.4f}, {b['upper']:.4f}]"
+                          for name, b in data["bounds"].items()) + ".")
+    for verdict in data["verdicts"]:
+        domains = verdict["domains"]
+        line = (f"y < {verdict['threshold']:.4f} on every state: {verdict['status']} in {verdict['seconds']:.2f} s "
+                f"({verdict['strategy']} splitting, {domains} domain{'' if domains == 1 else 's'})")
+        example = verdict["counterexample"]
+        if example is not None:
+            point = ", ".join(f"{v:.4f}" for v in example["input"])
+            line += f", e.g. at ({point}) y = {example['output']:.4f}, re-checked by a float64 forward pass"
+        out.print(line + ".")
+    out.print("`assay verify` and `assay bounds` take any ONNX graph of these operators (`assay info` lists them).")
+
+
 # ------------------------------------------------------------------------------- preimage
 def _print_preimage(out, data: dict) -> None:
     patch = data["patch"]
@@ -234,6 +256,7 @@ def _print_preimage(out, data: dict) -> None:
 
 DEMO_SECTIONS: tuple[DemoSection, ...] = (
     DemoSection("verify", "assay.cli.demo_cmd:_run_verify", _print_verify),
+    DemoSection("general", "assay.verify.general_demo:demo_section", _print_general),
     DemoSection("online", "assay.verify.online.demo:demo_section", _print_online),
     DemoSection("preimage", "assay.preimage.demo:demo_section", _print_preimage),
     DemoSection("cfx", "assay.cfx.demo:demo_section", print_cfx_section),

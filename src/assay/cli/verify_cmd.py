@@ -29,13 +29,14 @@ from assay.cli._common import (
     show_progress,
 )
 from assay.errors import OptionError
-from assay.verify.options import INPUT_SPLIT_METHODS, SMALL_NETWORK_PARAMETERS, VerifyOptions
+from assay.verify.options import INPUT_SPLIT_METHODS, SMALL_NETWORK_PARAMETERS, STRATEGIES, VerifyOptions
 from assay.verify.result import UNKNOWN_REASON
 
 __all__ = ["verify"]
 
 DEFAULT_TIMEOUT = VerifyOptions().timeout
 _METHODS = INPUT_SPLIT_METHODS
+_STRATEGIES = STRATEGIES
 _EXIT_FOR_STATUS = {"holds": 0, "violated": EXIT_VIOLATED, "unknown": EXIT_UNDECIDED, "timeout": EXIT_UNDECIDED}
 
 
@@ -47,6 +48,10 @@ def verify(
                                   f"from the start of the command, loading included (as VNN-COMP counts them); default "
                                   f"{DEFAULT_TIMEOUT:g}. With --instances: for rows without a timeout."),
     method: str = typer.Option("alpha", "--method", "-m", help="Bound method of input splitting: alpha (CROWN, then α-CROWN on boxes left open), crown or ibp."),
+    strategy: str = typer.Option("auto", "--strategy", help="Branching: input (split the input box), relu (split "
+                                 "ReLUs, β-CROWN), operator (split the input of any non-linear operator) or auto "
+                                 "(input when at most 16 inputs vary, else relu, or operator on networks with other "
+                                 "non-linear operators)."),
     json_output: bool = typer.Option(False, "--json", help="Print the full result(s) as JSON."),
     instances: Path = typer.Option(None, "--instances", help="VNN-COMP instances CSV (rows network,property,timeout; "
                                    "paths relative to the CSV's folder) to run instead of MODEL PROPERTY."),
@@ -76,6 +81,9 @@ def verify(
     started = _common.COMMAND_STARTED if _common.COMMAND_STARTED is not None else time.monotonic()
     if method not in _METHODS:
         raise OptionError(f"--method must be one of {', '.join(_METHODS)}; got {method!r}")
+    if strategy not in _STRATEGIES:
+        raise OptionError(f"--strategy must be one of {', '.join(_STRATEGIES)}; got {strategy!r}")
+    engine = {"method": method, "strategy": strategy}
     if timeout is not None and not timeout > 0:
         raise OptionError(f"--timeout must be a positive number of seconds; got {timeout}")
     if instances is not None:
@@ -89,7 +97,7 @@ def verify(
             raise OptionError("--threads is for one instance; with --instances every worker runs one torch thread")
         if result_file is not None:
             raise OptionError("--result-file is for one instance; with --instances use --out")
-        code = _run_instances(instances, timeout, method, json_output, workers, scheduler, out, stop_on_error)
+        code = _run_instances(instances, timeout, engine, json_output, workers, scheduler, out, stop_on_error)
     else:
         if model is None or property_file is None:
             raise OptionError("give MODEL and PROPERTY (e.g. `assay verify net.onnx prop.vnnlib`), or --instances CSV")
@@ -101,15 +109,15 @@ def verify(
             raise OptionError(f"--threads must be ≥ 1; got {threads}")
         timeout = timeout if timeout is not None else DEFAULT_TIMEOUT
         if result_file is not None:
-            code = _run_competition(model, property_file, timeout, method, json_output, threads, started, result_file)
+            code = _run_competition(model, property_file, timeout, engine, json_output, threads, started, result_file)
         else:
-            code = _run_one(model, property_file, timeout, method, json_output, threads, started)
+            code = _run_one(model, property_file, timeout, engine, json_output, threads, started)
     if code:
         raise typer.Exit(code)
 
 
 # ------------------------------------------------------------------------------- one instance
-def _run_one(model: Path, property_file: Path, timeout: float, method: str, json_output: bool, threads: int | None,
+def _run_one(model: Path, property_file: Path, timeout: float, engine: dict, json_output: bool, threads: int | None,
              started: float) -> int:
     import torch
 
@@ -120,12 +128,12 @@ def _run_one(model: Path, property_file: Path, timeout: float, method: str, json
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads or previous_threads)
     try:
-        return _verify_and_report(network, prop, model, property_file, timeout, method, json_output, started)
+        return _verify_and_report(network, prop, model, property_file, timeout, engine, json_output, started)
     finally:
         torch.set_num_threads(previous_threads)  # callers in the same process keep their setting
 
 
-def _verify_and_report(network, prop, model, property_file, timeout, method, json_output, command_started) -> int:
+def _verify_and_report(network, prop, model, property_file, timeout, engine, json_output, command_started) -> int:
     from assay.verify import verify_vnnlib
 
     # What loading left of the timeout (a tiny positive rest makes the verifier answer TIMEOUT at once).
@@ -138,14 +146,14 @@ def _verify_and_report(network, prop, model, property_file, timeout, method, jso
         with Progress(TextColumn("verifying"), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[pending]} boxes"),
                       TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
             task = bar.add_task("verify", total=1.0, pending=0)
-            result = verify_vnnlib(network, prop, timeout=left, method=method,
+            result = verify_vnnlib(network, prop, timeout=left, **engine,
                                    progress=lambda fraction, pending: bar.update(task, completed=fraction, pending=pending))
     else:
-        result = verify_vnnlib(network, prop, timeout=left, method=method)
+        result = verify_vnnlib(network, prop, timeout=left, **engine)
     seconds = time.perf_counter() - started
     status = result.status.value
     if json_output:
-        payload = {"network": str(model), "property": str(property_file), "timeout": timeout, "method": method,
+        payload = {"network": str(model), "property": str(property_file), "timeout": timeout, **engine,
                    "seconds": seconds} | result.to_json()
         typer.echo(json.dumps(payload, indent=2))
     else:
@@ -165,19 +173,19 @@ def _verify_and_report(network, prop, model, property_file, timeout, method, jso
     return _EXIT_FOR_STATUS[status]
 
 
-def _run_competition(model, property_file, timeout, method, json_output, threads, started, result_file) -> int:
+def _run_competition(model, property_file, timeout, engine, json_output, threads, started, result_file) -> int:
     """Verify the way VNN-COMP counts it and write its result file (assay.verify.competition)."""
     from assay.verify.competition import run_instance, write_result_file
 
     if show_progress(json_output):
         with _bar() as (bar, task):
-            result = run_instance(model, property_file, timeout, started=started, method=method, threads=threads,
+            result = run_instance(model, property_file, timeout, started=started, **engine, threads=threads,
                                   progress=lambda fraction, pending: bar.update(task, completed=fraction, pending=pending))
     else:
-        result = run_instance(model, property_file, timeout, started=started, method=method, threads=threads)
+        result = run_instance(model, property_file, timeout, started=started, **engine, threads=threads)
     write_result_file(result_file, result)
     if json_output:
-        payload = {"network": str(model), "property": str(property_file), "method": method,
+        payload = {"network": str(model), "property": str(property_file), **engine,
                    "result_file": str(result_file)} | result.to_json()
         typer.echo(json.dumps(payload, indent=2))
     else:
@@ -213,7 +221,7 @@ def _numbers(tensor) -> str:
 
 
 # ------------------------------------------------------------------------------- many instances
-def _run_instances(csv_path: Path, timeout, method, json_output, workers, scheduler, out, stop_on_error) -> int:
+def _run_instances(csv_path: Path, timeout, engine: dict, json_output, workers, scheduler, out, stop_on_error) -> int:
     from assay.run import TaskError, TasksInterrupted, run_tasks
     from assay.run.vnncomp import read_instance_rows, summarize, verify_instance, write_results
 
@@ -225,7 +233,7 @@ def _run_instances(csv_path: Path, timeout, method, json_output, workers, schedu
     started = time.perf_counter()
     interrupted = False
     try:
-        results = run_tasks(functools.partial(verify_instance, method=method, raise_errors=stop_on_error), rows,
+        results = run_tasks(functools.partial(verify_instance, **engine, raise_errors=stop_on_error), rows,
                             workers=workers, scheduler=scheduler, progress=show_progress(json_output),
                             description=f"{len(rows)} instances",
                             label=lambda row: f"{csv_path}, line {row.line} ({row.network}, {row.property})")

@@ -123,7 +123,7 @@ def _resolve(folder: Path, name: str) -> Path:
     return candidate if candidate.is_absolute() else folder / candidate
 
 
-def verify_instance(instance: Instance, method: str = "alpha", raise_errors: bool = False) -> dict:
+def verify_instance(instance: Instance, method: str = "alpha", raise_errors: bool = False, strategy: str = "auto") -> dict:
     """Load, verify with the instance's timeout, and return a row of the results CSV (as a dict).
 
     ``seconds`` counts loading and verifying (as VNN-COMP does); ``verify_seconds`` the verifier
@@ -131,7 +131,8 @@ def verify_instance(instance: Instance, method: str = "alpha", raise_errors: boo
     is no verdict where the verifier says (e.g. onnxruntime rejected the counterexample of assay's
     forward pass on the original file), else None. A bad model or property file gives
     status ``"error"`` with the message, or with ``raise_errors`` raises its AssayError (so that
-    :func:`assay.run.run_tasks` cancels the pending instances: ``--stop-on-error``).
+    :func:`assay.run.run_tasks` cancels the pending instances: ``--stop-on-error``). ``method`` and
+    ``strategy`` are :class:`~assay.verify.VerifyOptions`'.
     """
     started = time.perf_counter()
     row = {"network": instance.network, "property": instance.property, "timeout": instance.timeout,
@@ -146,7 +147,7 @@ def verify_instance(instance: Instance, method: str = "alpha", raise_errors: boo
         prop = read_vnnlib(instance.property_path, num_inputs=network.input_size, num_outputs=network.output_size)
         # The instance's timeout covers loading too (as VNN-COMP counts it).
         left = max(instance.timeout - (time.perf_counter() - started), 1e-9)
-        result = verify_vnnlib(network, prop, timeout=left, method=method)
+        result = verify_vnnlib(network, prop, timeout=left, method=method, strategy=strategy)
     except AssayError as exc:
         if raise_errors:
             raise

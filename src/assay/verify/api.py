@@ -17,6 +17,8 @@ from assay.verify.input_split import InputSplitting, bound_root
 from assay.verify.input_split import root_branch as input_root
 from assay.verify.lp_refine import dense_layers, refine_bounds
 from assay.verify.onnx_recheck import confirmed_counterexample
+from assay.verify.operator_split import OperatorSplitting, round_size
+from assay.verify.operator_split import root_branch as operator_root
 from assay.verify.options import INPUT_SPLIT_MAX_INPUTS, VerifyOptions
 from assay.verify.problem import UnsafeQuery, from_required, from_unsafe
 from assay.verify.relu_split import conjunction_searches, pooled_upper_bounds, refutes_every_conjunction, root_corners
@@ -109,7 +111,7 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
             **stats.to_json(), queries=len(queries), strategy=strategy, seconds=time.monotonic() - started,
         ), tuple(searches), reason)
 
-    if strategy == "input":
+    if strategy in ("input", "operator"):
         # Sound bounds on the whole box settle easy queries at a fraction of the attack's cost;
         # the others start branching from these bounds. On a network with general operators
         # (a generator, a transformer) the root's bounds can cost minutes: PGD from the centre
@@ -198,6 +200,9 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
         if strategy == "input":
             plans = [(InputSplitting(network, query, method=method, dtype=dtype, root=root), input_root(query))]
             size = batch_size
+        elif strategy == "operator":
+            plans = [(OperatorSplitting(network, query, method=method, dtype=dtype, root=root), operator_root(query))]
+            size = round_size(network, batch_size)
         else:  # one search per conjunction: the query holds when every one is refuted
             plans = [(plan, state) for plan, state in root if not plan.refuted_at_root]
             size = min(batch_size, 256)

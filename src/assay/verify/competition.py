@@ -246,7 +246,7 @@ def competition_result(verification: VerificationResult, seconds: float, timeout
 
 
 def run_instance(model, property_file, timeout: float, *, started: float | None = None, method: str = "alpha",
-                 threads: int | None = None, progress=None) -> CompetitionResult:
+                 threads: int | None = None, progress=None, strategy: str = "auto") -> CompetitionResult:
     """Load ``model`` and ``property_file``, verify within ``timeout`` seconds, and answer as the competition asks.
 
     Args:
@@ -256,6 +256,7 @@ def run_instance(model, property_file, timeout: float, *, started: float | None 
         started: the ``time.monotonic()`` instant the clock started (the process start for the
             command line); default: now.
         method: the bound method of input splitting (:class:`~assay.verify.VerifyOptions`).
+        strategy: the branching strategy (:class:`~assay.verify.VerifyOptions`; default auto).
         threads: torch threads; default 1 for networks under :data:`SMALL_NETWORK_PARAMETERS`
             parameters, torch's setting otherwise. Restored afterwards.
         progress: optional ``(fraction, pending)`` callable, as for :func:`~assay.verify.verify`.
@@ -295,7 +296,7 @@ def run_instance(model, property_file, timeout: float, *, started: float | None 
     try:
         # What loading left of the timeout (a tiny positive rest makes the verifier answer TIMEOUT at once).
         left = max(timeout - (time.monotonic() - started), 1e-9)
-        verification = verify_vnnlib(network, prop, timeout=left, method=method, progress=progress)
+        verification = verify_vnnlib(network, prop, timeout=left, method=method, progress=progress, strategy=strategy)
     except AssayError as exc:
         return failed(str(exc))
     except MemoryError:

@@ -111,11 +111,11 @@ class InputSplitting:
         if self._root is not None and branches.parents is None and len(branches) == 1:
             result, group_upper, self._root = self._root.result, self._root.group_upper, None
         else:
-            result, group_upper = _bound_boxes(self.network, query, lower, upper, branches.parents, self.method,
+            result, group_upper = bound_boxes(self.network, query, lower, upper, branches.parents, self.method,
                                                self.dtype, stats, self._grids, deadline, **self._engine)
             # Fixed layers hold for the first round only: children tighten every layer on their box.
             self._engine = {**self._engine, "fixed_layers": 0}
-        best_row = _row_to_refine(result.upper, query.groups)
+        best_row = row_to_refine(result.upper, query.groups)
         safe = (group_upper < 0).all(1)
         if self.clip:
             # Inside a box, only points where every row of some conjunction can be ≥ 0 matter:
@@ -200,11 +200,11 @@ def bound_root(network: Network, query: UnsafeQuery, *, method: str, dtype: str,
     box. Pass the result to :class:`InputSplitting` as ``root`` so that it is not computed twice.
     """
     lower, upper = query.lower.unsqueeze(0), query.upper.unsqueeze(0)
-    return RootBounds(*_bound_boxes(network, query, lower, upper, None, method, dtype, stats, {}, deadline))
+    return RootBounds(*bound_boxes(network, query, lower, upper, None, method, dtype, stats, {}, deadline))
 
 
-def _bound_boxes(network, query, lower, upper, parents, method, dtype, stats, grids, deadline=None,
-                 weight_perturbation=None, fixed_layers=0):
+def bound_boxes(network, query, lower, upper, parents, method, dtype, stats, grids, deadline=None,
+                weight_perturbation=None, fixed_layers=0, refine_intermediate=True):
     """Bound the unsafe rows on boxes (B, n); returns (BoundsResult-like, group upper bounds (B, G)).
 
     A child box lies inside its parent, so the parent's pre-activation bounds hold on it:
@@ -212,7 +212,8 @@ def _bound_boxes(network, query, lower, upper, parents, method, dtype, stats, gr
     boxes that CROWN leaves open get a second pass of α-CROWN on the output rows, reusing the
     pre-activation bounds just computed: on ACAS Xu 3_3 property 2 it refutes ~95 % of the
     boxes CROWN leaves open, at about the cost of the CROWN pass itself, where each open box
-    would otherwise cost two children.
+    would otherwise cost two children. ``refine_intermediate=False``: the parents' bounds stand
+    as given (see :func:`~assay.bounds.compute_bounds`).
     """
     shape = network.input_shape
     first = "crown" if method == "alpha" else method
@@ -222,7 +223,7 @@ def _bound_boxes(network, query, lower, upper, parents, method, dtype, stats, gr
     result = compute_bounds(
         network, (lower.reshape(-1, *shape), upper.reshape(-1, *shape)), spec=(query.C, query.d),
         method=first, dtype=dtype, sides="upper", return_linear=True, intermediate=parents,
-        weight_perturbation=weight_perturbation, fixed_layers=fixed_layers,
+        refine_intermediate=refine_intermediate, weight_perturbation=weight_perturbation, fixed_layers=fixed_layers,
         deadline=None if deadline is None else deadline.at, **engine,
     )
     stats.bound_calls += 1
@@ -360,7 +361,7 @@ def _clip_boxes(linear, lower, upper, groups, group_upper):
     return torch.where(empty.unsqueeze(1), lower, hull_lower), torch.where(empty.unsqueeze(1), upper, hull_upper), empty
 
 
-def _row_to_refine(row_upper: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+def row_to_refine(row_upper: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
     """Per box: in the conjunction hardest to refute (largest min-row upper bound), its lowest row."""
     masked = []
     for g in range(int(groups.max()) + 1):

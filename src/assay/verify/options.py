@@ -22,6 +22,8 @@ INPUT_SPLIT_MAX_INPUTS = 16
 # Bound methods that input splitting can use: the registered ones that need no ReLU splits
 # (ReLU splitting always uses β-CROWN).
 INPUT_SPLIT_METHODS = tuple(name for name, method in METHODS.items() if not method.for_splits)
+# The branching strategies of verify (see VerifyOptions.strategy).
+STRATEGIES = ("auto", "input", "relu", "operator")
 
 
 @dataclass(frozen=True)
@@ -39,10 +41,13 @@ class VerifyOptions:
         batch_size: the most branches bounded per round (ReLU splitting: at most 256).
         attack_restarts: PGD restarts of the counterexample search before branching (0: none).
         strategy: ``"input"`` (split the input box; best for few inputs, e.g. ACAS Xu),
-            ``"relu"`` (split unstable ReLUs with β-CROWN; for many inputs) or ``"auto"``
+            ``"relu"`` (split unstable ReLUs with β-CROWN; for many inputs), ``"operator"``
+            (the general split: narrow the input of any non-linear operator — sigmoid, product,
+            softmax, sign, ReLU — see :mod:`assay.verify.operator_split`) or ``"auto"``
             (input splitting when at most :data:`INPUT_SPLIT_MAX_INPUTS` inputs vary over the
-            property's box, else ReLU splitting; inputs the property fixes to one value do not
-            count, e.g. a 1-D CNN over 800 sensor readings of which 4 are perturbed).
+            property's box, else ReLU splitting, or the general split on a network with other
+            non-linear operators; inputs the property fixes to one value do not count, e.g. a
+            1-D CNN over 800 sensor readings of which 4 are perturbed).
         keep_closed: also keep the closed branches in the result's ``searches`` (their boxes or
             split histories: memory grows with the search); pending branches are always kept.
         memory_limit: GiB that a search's pending branches may hold (> 0); past it the search
@@ -66,7 +71,7 @@ class VerifyOptions:
             raise OptionError(f"the `dtype` option of verify must be 'float64' or 'float32'; got {self.dtype!r}")
         check_int(self.batch_size, "batch_size", "verify", minimum=1)
         check_int(self.attack_restarts, "attack_restarts", "verify", minimum=0)
-        check_choice(self.strategy, "strategy", "verify", ("auto", "input", "relu"))
+        check_choice(self.strategy, "strategy", "verify", STRATEGIES)
         if self.memory_limit is not None:
             check_float(self.memory_limit, "memory_limit", "verify", minimum=0.0, strict=True)
         if not isinstance(self.keep_closed, bool):
@@ -98,11 +103,13 @@ class VerifyOptions:
         """The strategy used when ``input_size`` inputs vary over the box (resolves ``"auto"``).
 
         ``relu_splitting=False``: the network has non-linear operators other than ReLU, which
-        ReLU splitting cannot branch on: ``"auto"`` splits inputs whatever their number, and an
-        explicit ``"relu"`` is refused."""
+        ReLU splitting cannot branch on: ``"auto"`` picks the general split for many inputs, and
+        an explicit ``"relu"`` is refused."""
         if self.strategy == "relu" and not relu_splitting:
             raise OptionError("strategy='relu' branches on ReLUs only; this network has other non-linear operators: "
-                              "use strategy='input' or 'auto'")
+                              "use strategy='operator', 'input' or 'auto'")
         if self.strategy != "auto":
             return self.strategy
-        return "input" if input_size <= INPUT_SPLIT_MAX_INPUTS or not relu_splitting else "relu"
+        if input_size <= INPUT_SPLIT_MAX_INPUTS:
+            return "input"
+        return "relu" if relu_splitting else "operator"

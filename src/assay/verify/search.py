@@ -368,19 +368,19 @@ def _select_tags(tags: dict[str, torch.Tensor] | None, which) -> dict[str, torch
 
 
 def _concat_bounds(parts: list[IntermediateBounds | None], sizes: list[int]) -> IntermediateBounds | None:
-    """Concatenate branches' pre-activation bounds; branches without any get (−inf, +inf)."""
+    """Concatenate branches' intermediate bounds; branches without some get (−inf, +inf) there."""
     if all(p is None for p in parts):
         return None
-    template = next(p for p in parts if p is not None)
-    filled = []
-    for p, n in zip(parts, sizes):
-        if p is None:
-            p = IntermediateBounds(
-                tuple(torch.full((n, *t.shape[1:]), -torch.inf, dtype=t.dtype) for t in template.lower),
-                tuple(torch.full((n, *t.shape[1:]), torch.inf, dtype=t.dtype) for t in template.upper),
-            )
-        filled.append(p)
-    return IntermediateBounds(
-        tuple(torch.cat([p.lower[k] for p in filled]) for k in range(len(template.lower))),
-        tuple(torch.cat([p.upper[k] for p in filled]) for k in range(len(template.upper))),
-    )
+    template = max((p for p in parts if p is not None), key=lambda p: len(p.operator_lower))
+
+    def unknown(like: tuple[torch.Tensor, ...], n: int, value: float) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.full((n, *t.shape[1:]), value, dtype=t.dtype) for t in like)
+
+    def joined(field: str, value: float) -> tuple[torch.Tensor, ...]:
+        like = getattr(template, field)
+        pieces = [getattr(p, field) if p is not None and getattr(p, field) else unknown(like, n, value)
+                  for p, n in zip(parts, sizes)]
+        return tuple(torch.cat([piece[k] for piece in pieces]) for k in range(len(like)))
+
+    return IntermediateBounds(joined("lower", -torch.inf), joined("upper", torch.inf),
+                              joined("operator_lower", -torch.inf), joined("operator_upper", torch.inf))

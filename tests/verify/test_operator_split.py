@@ -1,0 +1,135 @@
+"""The general split (branching on the inputs of non-linear operators) against sampled points.
+
+A branch of the general split stands for the inputs of the box whose intermediate values lie in
+its narrowed intervals. The children of every split are checked point by point: each sampled
+input is sorted into the leaves its own intermediate values (a plain forward pass) fit, it must
+fit at least one (the children cover their parent), and every leaf's bounds must contain the
+output of every point it holds. Verdicts are checked against an independent gradient-ascent
+estimate of the maximum.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from assay.bounds import plan_for
+from assay.nn import Linear, Network, ReLU, ops
+from assay.sets import Box
+from assay.verify import VerificationStatus, verify
+from assay.verify.deadline import Deadline
+from assay.verify.operator_split import OperatorSplitting, root_branch
+from assay.verify.problem import from_unsafe
+from assay.verify.search import SearchStats
+
+from .test_general_networks import at_least
+
+HOLDS, VIOLATED = VerificationStatus.HOLDS, VerificationStatus.VIOLATED
+
+
+def mixed_network(seed: int) -> Network:
+    """6 → 8 → relu → 8 → sigmoid → (Mul of halves: 4) → 1: a ReLU split, an S-curve's and a product's."""
+    rng = np.random.default_rng(seed)
+    t = lambda *s: torch.as_tensor(rng.normal(0, 1.0, size=s))  # noqa: E731
+    layers = (Linear(t(8, 6), t(8)), ReLU(), Linear(t(8, 8), t(8)), ops.Sigmoid(),
+              ops.Slice((0,), (0,), (4,), (1,)), ops.Slice((0,), (4,), (8,), (1,)), ops.Binary("Mul"),
+              Linear(t(1, 4), t(1)))
+    sources = ((0,), (1,), (2,), (3,), (4,), (4,), (5, 6), (7,))
+    return Network(layers, (6,), sources=sources)
+
+
+def box(radius: float = 0.5):
+    return torch.full((6,), -radius, dtype=torch.float64), torch.full((6,), radius, dtype=torch.float64)
+
+
+def ascent_max(network: Network, lower, upper, starts: int = 64, steps: int = 100) -> float:
+    """An independent estimate of max f over the box: projected gradient ascent from random starts."""
+    generator = torch.Generator().manual_seed(0)
+    x = (lower + (upper - lower) * torch.rand(starts, lower.numel(), dtype=torch.float64, generator=generator))
+    x.requires_grad_(True)
+    model = network.to_torch().to(torch.float64)
+    optimiser = torch.optim.Adam([x], lr=0.02)
+    best = -np.inf
+    for _ in range(steps):
+        value = model(x).reshape(-1)
+        best = max(best, float(value.detach().max()))
+        optimiser.zero_grad()
+        (-value.sum()).backward()
+        optimiser.step()
+        with torch.no_grad():
+            x.copy_(torch.minimum(torch.maximum(x, lower), upper))
+    return best
+
+
+def leaves_of(network, lower, upper, threshold, depth):
+    """The leaves of a general split ``depth`` levels deep (every branch split, none closed)."""
+    query = from_unsafe(network, Box(lower, upper), at_least(threshold))[0]
+    strategy = OperatorSplitting(network, query, method="crown")
+    deadline, stats = Deadline(float("inf")), SearchStats()
+    branches = root_branch(query).pending[0]
+    for _ in range(depth):
+        bounded = strategy.bound(branches, deadline, stats)
+        every = torch.ones(len(branches), dtype=torch.bool)
+        strategy.decide(bounded, every, deadline, stats)
+        left, right = strategy.split(bounded, every)
+        branches = type(left).concat([left, right])
+    bounded = strategy.bound(branches, deadline, stats)
+    return bounded.branches, bounded.branches.row_upper[:, 0]
+
+
+def inside(network, x, parents) -> torch.Tensor:
+    """(N, B): whether point n's intermediate values lie within branch b's bounds."""
+    plan = plan_for(network, torch.float64)
+    tensors = network.tensors(x)
+    fits = torch.ones(x.shape[0], parents.batch_size, dtype=torch.bool)
+    pairs = list(zip(plan.relu_positions, parents.lower, parents.upper))
+    pairs += list(zip(plan.operator_tensors, parents.operator_lower, parents.operator_upper))
+    for tensor, low, high in pairs:
+        value = tensors[tensor].reshape(x.shape[0], 1, -1)
+        fits &= ((value >= low.reshape(1, low.shape[0], -1)) & (value <= high.reshape(1, high.shape[0], -1))).all(2)
+    return fits
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_leaves_of_a_general_split_cover_the_box_and_bound_every_point_they_hold(seed):
+    network = mixed_network(seed)
+    lower, upper = box()
+    leaves, leaf_upper = leaves_of(network, lower, upper, threshold=0.0, depth=4)
+    assert len(leaves) == 16
+    generator = torch.Generator().manual_seed(seed)
+    x = lower + (upper - lower) * torch.rand(4000, 6, dtype=torch.float64, generator=generator)
+    corners = torch.where(torch.rand(64, 6, generator=generator) < 0.5, lower, upper)
+    x = torch.cat([x, corners])
+    y = network.forward(x).reshape(-1)
+    fits = inside(network, x, leaves.parents)
+    assert bool(fits.any(1).all()), "some input lies in no leaf: the children do not cover their parent"
+    empty = torch.isneginf(leaf_upper)
+    assert not bool(fits[:, empty].any()), "a leaf bounded as empty holds a point"
+    # every leaf's upper bound of the row y − 0 holds at every point it contains
+    worst = torch.where(fits, y.unsqueeze(1) - leaf_upper.unsqueeze(0), torch.full_like(fits, -np.inf, dtype=y.dtype))
+    assert float(worst.max()) <= 0.0
+    # the split tightens: some leaf is bounded below the root's bound
+    root_upper = leaves_of(network, lower, upper, 0.0, depth=0)[1]
+    assert float(leaf_upper[~empty].min()) < float(root_upper[0])
+
+
+def test_general_split_verdicts_agree_with_gradient_ascent():
+    network = mixed_network(1)
+    lower, upper = box()
+    peak = ascent_max(network, lower, upper)
+    root = float(leaves_of(network, lower, upper, 0.0, depth=0)[1][0])  # the root's bound of y
+    assert root > peak + 0.1, "the root's bound alone would decide: the split would go untested"
+    # between the root's bound and the maximum: only branching can prove it (no attack first, so
+    # the verdicts are the search's own; its probes look for violations)
+    for threshold, may_hold in ((root - 0.3 * (root - peak), True), (peak - 1e-4, False)):
+        result = verify(network, Box(lower, upper), unsafe=at_least(threshold), timeout=15, strategy="operator",
+                        attack_restarts=0)
+        if result.status is VIOLATED:
+            point = result.counterexample.input.reshape(1, 6).to(torch.float64)
+            assert float(network.forward(point)) >= threshold
+        if may_hold:
+            assert result.status is HOLDS and result.stats.domains > 1, result.status
+            assert threshold > peak
+        else:
+            assert result.status is not HOLDS, f"HOLDS for y ≥ {threshold}, but gradient ascent reaches {peak}"
