@@ -77,3 +77,33 @@ def test_online_verification_rebuilds_when_an_operators_constant_changes():
     assert online.steps[0].status is HOLDS
     assert online.update(network=after).status is VIOLATED
     assert online.update(network=before).status is HOLDS
+
+
+def test_input_splitting_with_hybrid_bounds_decides_a_generator_on_both_sides(monkeypatch, margin=0.01):
+    """A small cgan-like generator and discriminator, its boxes bounded as a large generator's are
+    (intermediate_method="hybrid": forward bounds, CROWN walks stopped at cuts): the verdicts on
+    both sides of the sampled maximum must hold up."""
+    import assay.verify.input_split as input_split
+    from tests.bounds.test_forward_general import generator_graph
+
+    chosen = []
+
+    def hybrid(plan):
+        chosen.append("hybrid")
+        return "hybrid"
+
+    monkeypatch.setattr(input_split, "intermediate_method_for", hybrid)
+    network = generator_graph(np.random.default_rng(5))
+    first_output = Network(network.layers + (Linear(torch.tensor([[1.0, 0.0]], dtype=torch.float64),
+                                                    torch.zeros(1, dtype=torch.float64)),), (4,))
+    lower, upper = torch.full((4,), -0.2, dtype=torch.float64), torch.full((4,), 0.2, dtype=torch.float64)
+    vertices = torch.cartesian_prod(*[torch.tensor([-0.2, 0.2], dtype=torch.float64)] * 4)
+    peak = max(sampled_max(first_output, lower, upper), float(first_output.forward(vertices).max()))
+    below = verify(first_output, Box(lower, upper), unsafe=at_least(peak - margin), timeout=60)
+    assert below.status is VIOLATED
+    found = float(first_output.forward(below.counterexample.input.reshape(1, 4)))
+    assert found >= peak - margin
+    peak = max(peak, found)  # the search may find a higher point than the samples: the threshold sits above it
+    above = verify(first_output, Box(lower, upper), unsafe=at_least(peak + margin), timeout=60)
+    assert above.status is HOLDS, above.status
+    assert chosen  # the boxes were bounded the hybrid way

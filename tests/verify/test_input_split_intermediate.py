@@ -9,18 +9,18 @@ import pytest
 import torch
 
 from assay.verify import VerificationStatus, input_split, verify
-from assay.verify.input_split import intermediate_method_for
+from assay.verify.input_split import box_intermediate_method
 from tests.verify.networks import random_relu_network
 
 
 def test_forward_only_where_backward_substitution_costs_far_more():
     # ACAS Xu's shape: 5 inputs, six layers of 50 (backward ~2·10⁶ multiply-adds per box).
-    assert intermediate_method_for(random_relu_network(0, (5, 50, 50, 50, 50, 50, 50, 5))) == "crown"
+    assert box_intermediate_method(random_relu_network(0, (5, 50, 50, 50, 50, 50, 50, 5))) == "crown"
     # Two inputs, wide layers: backward walks 3·2000 neurons through millions of weights.
     wide = random_relu_network(0, (2, 2000, 2000, 2000, 1))
-    assert intermediate_method_for(wide) == "forward"
+    assert box_intermediate_method(wide) == "forward"
     # Many inputs: forward bounds would carry one function per input.
-    assert intermediate_method_for(random_relu_network(0, (300, 2000, 2000, 2000, 1))) == "crown"
+    assert box_intermediate_method(random_relu_network(0, (300, 2000, 2000, 2000, 1))) == "crown"
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -38,7 +38,7 @@ def test_verdicts_with_forward_intermediate_bounds_agree_with_a_dense_grid(seed,
 
     monkeypatch.setattr(api, "forward_bounds", counted)
     network = random_relu_network(200 + seed, (2, 20, 20, 20, 1))
-    assert intermediate_method_for(network) == "forward"
+    assert box_intermediate_method(network) == "forward"
     grid = torch.linspace(-1, 1, 801, dtype=torch.float64)
     points = torch.cartesian_prod(grid, grid)
     grid_max = network.forward(points).max().item()

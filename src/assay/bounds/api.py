@@ -10,7 +10,7 @@ import torch
 
 from assay._validate import check_choice
 from assay.bounds.crown import Backward, backsubstitute, concretize, rounding_scales
-from assay.bounds.forward import MAX_FORWARD_INPUTS, forward_bounds
+from assay.bounds.forward import MAX_FORWARD_INPUTS, cut_tensors, forward_bounds
 from assay.bounds.ibp import cast_outward, center_radius, interval_pass
 from assay.bounds.methods import METHODS, bound_method
 from assay.bounds.optimize import Objective, optimize_bounds
@@ -35,6 +35,9 @@ _ALPHA_MAX_UNSTABLE = 2048
 # transformer's activations) keeps its interval bounds, which cost one pass instead of one
 # backward walk per element.
 _OPERATOR_REFINE_MAX = 2048
+# intermediate_method="hybrid": a tensor gets CROWN bounds when its walk back to a cut crosses at
+# most this many elements per row (a generator's discriminator: its image and its own layers).
+_CUT_WALK_ELEMENTS = 1 << 15
 # Intermediate CROWN groups domains by their number of unstable neurons: about this many groups,
 # each of at least _MIN_GROUP domains.
 _GROUPS = 16
@@ -104,8 +107,13 @@ def compute_bounds(
             the next layer is bounded; the tightest and by far the costliest, meant for the
             root of a branch-and-bound search; with ``intermediate`` given, the CROWN pass is
             skipped, as α starts from it; with ``method="beta"`` and ``splits``, each neuron's
-            bounds also get multipliers of their own for the earlier layers' splits). The output
-            rows always use backward CROWN.
+            bounds also get multipliers of their own for the earlier layers' splits) or
+            ``"hybrid"`` (forward bounds, then CROWN for the tensors whose backward walk back to
+            a cut, a tensor every path from the input crosses, is short, with the cut's forward
+            bounds substituted there; the others keep their forward bounds: for networks with few
+            inputs and large tensors, a generator, where full CROWN costs minutes per domain;
+            :func:`~assay.bounds.intermediate_method_for` says when). The output rows always use
+            backward CROWN.
         weight_perturbation: δ ≥ 0: every weight and bias of every Linear/Conv2d layer may
             move by up to δ (ℓ∞); or a sequence with one δ per Linear/Conv2d layer, in order;
             or a dict ``{layer index: δ}``. Bounds then hold for every such network.
@@ -131,7 +139,7 @@ def compute_bounds(
     started = time.perf_counter()
     spec_of_method = bound_method(method)
     check_choice(sides, "sides", "compute_bounds", ("both", "lower", "upper"))
-    check_choice(intermediate_method, "intermediate_method", "compute_bounds", ("crown", "forward", "alpha"))
+    check_choice(intermediate_method, "intermediate_method", "compute_bounds", ("crown", "forward", "alpha", "hybrid"))
     if return_linear and not spec_of_method.linear:
         linear = ", ".join(repr(m.name) for m in METHODS.values() if m.linear)
         raise OptionError(f"return_linear needs a method with linear bounds ({linear}); {method!r} has none")
@@ -184,7 +192,8 @@ def compute_bounds(
         bounds = interval_pass(plan, lower, upper, deltas, clamp, given=known)
         center, radius = center_radius(lower, upper)
         stats = {"domains": batch, "rows": C.shape[1], "method": method}
-        if spec_of_method.linear and (intermediate is None or refine_intermediate) and intermediate_method == "forward":
+        if spec_of_method.linear and (intermediate is None or refine_intermediate) and intermediate_method in ("forward",
+                                                                                                             "hybrid"):
             if deltas:
                 raise OptionError("intermediate_method='forward' does not support weight_perturbation; use 'crown'")
             if network.input_size > MAX_FORWARD_INPUTS:
@@ -197,8 +206,17 @@ def compute_bounds(
             def clamp_with_interval(position, l, u):
                 return clamp(position, torch.maximum(l, interval[position][0]), torch.minimum(u, interval[position][1]))
 
-            known.update(forward_bounds(plan, lower, upper, clamp_with_interval))
+            walks = _hybrid_walks(plan) if intermediate_method == "hybrid" else {}
+            cuts = {}
+            known.update(forward_bounds(plan, lower, upper, clamp_with_interval, keep=set(walks.values()), cuts=cuts))
             bounds = interval_pass(plan, lower, upper, deltas, clamp)
+            for position, stop in walks.items():  # "hybrid": CROWN where the walk back to a cut is short
+                if deadline is not None and time.monotonic() > deadline:
+                    break  # the later tensors keep their forward bounds (sound)
+                refine = _crown_layer_bounds if position in plan.relu_positions else _crown_tensor_bounds
+                known[position] = refine(plan, position, bounds, deltas, center, radius, relax, deadline,
+                                         cut=cuts.get(stop))
+                bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position)
         elif spec_of_method.linear and (intermediate is None or refine_intermediate):
             for position in _refined_tensors(plan, fixed_layers):
                 if deadline is not None and time.monotonic() > deadline:
@@ -206,17 +224,17 @@ def compute_bounds(
                 if position not in plan.relu_positions:  # a general operator's input: every element
                     known[position] = _crown_tensor_bounds(plan, position, bounds, deltas, center, radius, relax,
                                                            deadline)
-                    bounds = interval_pass(plan, lower, upper, deltas, clamp)
+                    bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position)
                     continue
                 # With `intermediate` given, α's first iterate is CROWN on the given bounds:
                 # a separate CROWN pass first would only repeat it.
                 if intermediate_method == "crown" or intermediate is None:
                     known[position] = _crown_layer_bounds(plan, position, bounds, deltas, center, radius, relax, deadline)
-                    bounds = interval_pass(plan, lower, upper, deltas, clamp)
+                    bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position)
                 if intermediate_method == "alpha" and position != plan.relu_positions[0]:
                     known[position] = _alpha_layer_bounds(plan, position, bounds, deltas, center, radius, relax,
                                                           options, deadline, split_signs)
-                    bounds = interval_pass(plan, lower, upper, deltas, clamp)
+                    bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position)
 
     rows_lower, rows_upper = _sided_rows(C, d, sides)
     linear, optimised_alphas = None, None
@@ -314,31 +332,55 @@ def _refined_tensors(plan: Plan, fixed_layers: int) -> list[int]:
                   | {t for t in plan.operator_inputs if t >= first})
 
 
-def _crown_tensor_bounds(plan: Plan, tensor: int, bounds, deltas, center, radius, relax, deadline=None):
+def _hybrid_walks(plan: Plan) -> dict[int, int]:
+    """For ``intermediate_method="hybrid"``: {refined tensor: the cut its CROWN walk stops at (0:
+    the input)}, for the tensors whose walk back to some cut crosses at most
+    :data:`_CUT_WALK_ELEMENTS` elements per row; the farthest such cut (the tightest bounds).
+    The others keep their forward bounds."""
+    sizes = [math.prod(shape) for shape in plan.network.shapes]
+    cuts = [0] + cut_tensors(plan)
+    walks = {}
+    for tensor in sorted(set(plan.relu_positions) | set(plan.operator_inputs) - {0}):
+        for stop in cuts:  # ascending: the farthest first
+            if stop < tensor and sum(sizes[stop:tensor + 1]) <= _CUT_WALK_ELEMENTS:
+                walks[tensor] = stop
+                break
+    return walks
+
+
+def _downstream_pass(plan: Plan, lower, upper, deltas, clamp, bounds, changed: int):
+    """IBP again after tensor ``changed`` got tighter bounds: the tensors before it keep theirs
+    (nothing upstream depends on it), so only the stages from ``changed`` on are recomputed."""
+    return interval_pass(plan, lower, upper, deltas, clamp, given={t: bounds[t] for t in range(1, changed + 1)})
+
+
+def _crown_tensor_bounds(plan: Plan, tensor: int, bounds, deltas, center, radius, relax, deadline=None, cut=None):
     """CROWN bounds of every element of ``tensor`` (one that a non-linear general operator reads:
     its relaxation depends on the whole interval, not only on a sign), never looser than before."""
     lower, upper = bounds[tensor]
     if lower[0].numel() > _OPERATOR_REFINE_MAX:  # see _OPERATOR_REFINE_MAX: the intervals stay (sound)
         return lower, upper
     return _crown_layer_bounds_padded(plan, tensor, bounds, deltas, center, radius, relax, mask=upper > lower,
-                                      deadline=deadline)
+                                      deadline=deadline, cut=cut)
 
 
-def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radius, relax, deadline=None):
+def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radius, relax, deadline=None, cut=None):
     """CROWN bounds of the input of ReLU stage ``position``, only for neurons not yet stable.
 
     Stable neurons are relaxed exactly whatever their bounds, so only the unstable ones of each
     domain get a row: domain i bounds its own ``k_i`` unstable neurons, padded to the largest
     ``k`` of its group. Domains are grouped by ``k_i`` (sorted) so that little is padded.
+    ``cut``: the walks stop there (see :func:`backsubstitute`).
     """
     lower, upper = bounds[position]
     batch = lower.shape[0]
     unstable = (lower < 0) & (upper > 0)
     if int(unstable.reshape(batch, -1).sum(1).max()) > _PROBE_ABOVE and not _crown_tightens(plan, position, bounds, deltas, center, radius,
-                                                                  relax):
+                                                                  relax, cut):
         return lower, upper
     if batch <= _MIN_GROUP:
-        return _crown_layer_bounds_padded(plan, position, bounds, deltas, center, radius, relax, deadline=deadline)
+        return _crown_layer_bounds_padded(plan, position, bounds, deltas, center, radius, relax, deadline=deadline,
+                                          cut=cut)
     counts = unstable.reshape(batch, -1).sum(1)
     order = counts.argsort()
     new_lower, new_upper = lower.clone(), upper.clone()
@@ -349,12 +391,12 @@ def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radiu
             continue
         sub_bounds = [(l[members], u[members]) for l, u in bounds[:position + 1]]
         low, high = _crown_layer_bounds_padded(plan, position, sub_bounds, deltas, center[members], radius[members],
-                                               relax)
+                                               relax, cut=None if cut is None else cut.select(members))
         new_lower[members], new_upper[members] = low, high
     return new_lower, new_upper
 
 
-def _crown_tightens(plan: Plan, position: int, bounds, deltas, center, radius, relax) -> bool:
+def _crown_tightens(plan: Plan, position: int, bounds, deltas, center, radius, relax, cut=None) -> bool:
     """Whether CROWN tightens ReLU layer ``position`` enough to pay for bounding all its unstable neurons.
 
     Bounds an evenly spread sample of the first domain's unstable neurons: worth it when one of
@@ -372,7 +414,8 @@ def _crown_tightens(plan: Plan, position: int, bounds, deltas, center, radius, r
     only[0, chosen] = True
     sub_bounds = [(l[:1], u[:1]) for l, u in bounds[:position + 1]]
     new_lower, new_upper = _crown_layer_bounds_padded(plan, position, sub_bounds, deltas, center[:1], radius[:1],
-                                                      relax, only=only.reshape(bounds[position][0][:1].shape))
+                                                      relax, only=only.reshape(bounds[position][0][:1].shape),
+                                                      cut=None if cut is None else cut.select(torch.arange(1)))
     new_lower, new_upper = new_lower.reshape(1, -1)[0, chosen], new_upper.reshape(1, -1)[0, chosen]
     if bool(((new_lower >= 0) | (new_upper <= 0)).any()):
         return True
@@ -381,7 +424,7 @@ def _crown_tightens(plan: Plan, position: int, bounds, deltas, center, radius, r
 
 
 def _crown_layer_bounds_padded(plan: Plan, position: int, bounds, deltas, center, radius, relax, only=None,
-                               mask=None, deadline=None):
+                               mask=None, deadline=None, cut=None):
     """:func:`_crown_layer_bounds` for one group of domains (every row padded to the group's max);
     ``only`` (a bool mask of the layer's shape per domain) restricts which unstable neurons are
     bounded, and ``mask`` replaces "unstable" by any choice (see :func:`_bound_unstable_neurons`)."""
@@ -389,13 +432,13 @@ def _crown_layer_bounds_padded(plan: Plan, position: int, bounds, deltas, center
     input_elements = max(1, center[0].numel())
     # The walk's coefficients are rows × each tensor they cross: a generator's images outgrow
     # its few inputs (cgan: 28,800 against 5), and rows sized by the input alone took 18 GB.
-    widest = max(t[0][0].numel() for t in bounds[:position + 1])
+    widest = max(t[0][0].numel() for t in bounds[0 if cut is None else cut.tensor:position + 1])
     chunk = max(1, min(_ROW_CHUNK_ELEMENTS // (2 * lower.shape[0] * input_elements),
                        _WALK_ELEMENTS // (2 * lower.shape[0] * widest)))
     scales = rounding_scales(plan, position, bounds)
 
     def bound_rows(neurons, C, d):
-        back = backsubstitute(plan, position, C, d, bounds, deltas, relax=relax, scales=scales)
+        back = backsubstitute(plan, position, C, d, bounds, deltas, relax=relax, scales=scales, cut=cut)
         return concretize(plan, back, center, radius)[0]
 
     return _bound_unstable_neurons(bounds[position], chunk, bound_rows, only, mask, deadline)

@@ -111,6 +111,7 @@ def backsubstitute(
     forks: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None,
     operator_alphas: dict[int, tuple[torch.Tensor, ...]] | None = None,
     observe_outputs=None,
+    cut=None,
 ) -> Backward:
     """Lower linear bound of ``C · (input of stage target) + d`` in terms of the network input.
 
@@ -152,6 +153,9 @@ def backsubstitute(
             non-linear general operator the rows reach, with the coefficients on its *output*
             just before crossing it (how much the looseness of its relaxation costs each row:
             the general split's branching scores read it).
+        cut: a :class:`~assay.bounds.forward.Cut`: the walk stops at its tensor (one every path
+            from the input to ``target`` crosses) and substitutes that tensor's forward linear
+            bounds in the input (:meth:`Cut.substitute`), instead of crossing the stages before it.
     """
     if forks and rounding:
         raise ValueError("backsubstitute: forks need rounding=False (their rows owe no rounding terms)")
@@ -161,15 +165,22 @@ def backsubstitute(
                  relax, observe, forks or {}, operator_alphas or {}, observe_outputs)
     walk.pending = {target: (C,)}
     walk.received = {target: 1}
-    for position in range(target - 1, -1, -1):
+    stop = 0 if cut is None else cut.tensor
+    for position in range(target - 1, stop - 1, -1):
         if position + 1 not in walk.pending:
             continue  # the stage's output does not reach the target
         (A,) = walk.pending.pop(position + 1)
         stage = plan.stages[position]
         _CROSS[type(stage)](walk, position, stage, A)
-    (A,) = walk.pending.pop(0)
+    (A,) = walk.pending.pop(stop)
+    if walk.pending:  # a cut must be crossed by every path (see Cut): nothing else may be waiting
+        raise ValueError(f"backsubstitute: tensor {stop} is not a cut of the walk from {target}")
     if rounding:
-        walk.error = walk.settle(0, A, None)
+        walk.error = walk.settle(stop, A, None)
+    if cut is not None:
+        A, offset, owed = cut.substitute(A, rounding)
+        walk.b = walk.b + offset
+        walk.error = walk.error + owed + (walk.gamma_b * offset.detach().abs() if rounding else 0.0)
     return Backward(A, walk.b, walk.error)
 
 

@@ -12,6 +12,15 @@ costs the whole prefix of the network for every unstable neuron — at the price
 bounds. Branch and bound over the input reuses the parent's (backward) bounds, which keeps
 the loss small.
 
+General operators (:mod:`assay.bounds.rules`) take part too: an affine one (a transposed
+convolution, a batch norm, a slice, a concatenation, …) maps both functions through its rule's
+map ``L`` and ``|L|`` (the lower function becomes ``L m − |L| w`` for the functions' midpoint
+``m`` and half-difference ``w``, i.e. ``L⁺ lower + L⁻ upper``); an element-wise one applies its
+rule's relaxation to the concrete bounds of its input, as a ReLU does; any other (products,
+softmax, …) starts afresh from its output's interval (constant functions). So a generator with
+five inputs and images of 28,800 elements costs a dozen passes of the network, where backward
+substitution costs one walk of the whole prefix per element.
+
 Rounding: ``e_lo``/``e_hi`` ≥ 0 are error budgets in exact arithmetic: each step adds the
 floating-point error bound of its sums (Higham §3.1) times the magnitudes involved, so the
 stated inequality holds for the computed coefficients evaluated exactly; concretisation then
@@ -20,10 +29,15 @@ subtracts its own rounding bound. Splits and known bounds enter through ``clamp`
 
 from __future__ import annotations
 
+import itertools
+import math
+from dataclasses import dataclass
+
 import torch
 
-from assay.bounds.plan import AddStage, AffineStage, Plan, ReluStage, unit_roundoff
+from assay.bounds.plan import AddStage, AffineStage, OperatorStage, Plan, ReluStage, gamma, unit_roundoff
 from assay.bounds.relaxation import relax_relu
+from assay.bounds.rules.base import ElementwiseRule
 
 # Above this many input elements the coefficient tensors (B, inputs, *shape) get too large.
 MAX_FORWARD_INPUTS = 256
@@ -98,6 +112,81 @@ def _add(f: _LinearFunctions, g: _LinearFunctions, input_magnitude) -> _LinearFu
                             f.a_hi + g.a_hi, f.c_hi + g.c_hi, (f.e_hi + g.e_hi) * (1 + 4 * u) + rounding)
 
 
+def _constant(low: torch.Tensor, high: torch.Tensor, n: int) -> _LinearFunctions:
+    """Constant functions ``low ≤ z ≤ high`` (no coefficient on the input): (B, *shape) bounds."""
+    zeros = torch.zeros(low.shape[0], n, *low.shape[1:], dtype=low.dtype)
+    nothing = torch.zeros_like(low)
+    return _LinearFunctions(zeros, low, nothing, zeros, high, nothing)
+
+
+def _linear_operator(stage: OperatorStage, sources: list[_LinearFunctions], input_magnitude) -> _LinearFunctions:
+    """Both functions through an affine general operator ``y = L(z_1, …) + c`` (its rule's map).
+
+    With ``m``/``w`` the midpoint and half-difference of a source's two functions, ``L m − |L| w``
+    equals ``L⁺ lower + L⁻ upper`` exactly: the lower function of y (and ``L m + |L| w`` the
+    upper). Operators that only move values (:attr:`LinearRule.moves_only`) map each function as
+    it is and round nothing. Rounding otherwise: every entry is a sum of at most ``fan``
+    products, and subtracting the constant ``c`` (``L`` is ``forward − forward(0)``) rounds by
+    u·|c| in each of the n coefficients, so the budgets grow by γ·(|L| magnitudes + |c|·(2 + Σ|x|)).
+    """
+    layer, rule = stage.layer, stage.rule
+    batch, n = sources[0].a_lo.shape[:2]
+    dtype = sources[0].c_lo.dtype
+    constant = layer.forward(*[torch.zeros(1, *shape, dtype=dtype) for shape in stage.in_shapes])
+    flat = lambda t: t.reshape(batch * n, *t.shape[2:])  # noqa: E731
+    lead = lambda t: t.reshape(batch, n, *t.shape[1:])  # noqa: E731
+
+    def coefficients(*tensors):  # L applied to coefficient tensors (B, n, *shape_k): no constant
+        return lead(layer.forward(*[flat(t) for t in tensors]) - constant)
+
+    if rule.moves_only:  # every output is one input or a constant: exact in floats
+        return _LinearFunctions(
+            coefficients(*[f.a_lo for f in sources]), layer.forward(*[f.c_lo for f in sources]),
+            layer.forward(*[f.e_lo for f in sources]) - constant,
+            coefficients(*[f.a_hi for f in sources]), layer.forward(*[f.c_hi for f in sources]),
+            layer.forward(*[f.e_hi for f in sources]) - constant)
+    absolute = rule.absolute_map(layer)
+    a_mid = coefficients(*[(f.a_lo + f.a_hi) / 2 for f in sources])
+    a_half = lead(absolute(*[flat((f.a_hi - f.a_lo) / 2) for f in sources]))
+    c_mid = layer.forward(*[(f.c_lo + f.c_hi) / 2 for f in sources])
+    c_half = absolute(*[(f.c_hi - f.c_lo) / 2 for f in sources])
+    fan = rule.fan(layer, list(stage.in_shapes), tuple(stage.out_shape))
+    g = gamma(2 * fan + 8, dtype)
+    inputs_sum = input_magnitude.sum(1).reshape(batch, *([1] * (constant.dim() - 1)))
+    rounding = g * (absolute(*[f.magnitude(input_magnitude) for f in sources]) + constant.abs() * (2 + inputs_sum))
+    # the inherited budgets through |L| (the larger side of each source: they are rounding budgets)
+    budget = absolute(*[torch.maximum(f.e_lo, f.e_hi) for f in sources]) * (1 + g) + rounding
+    return _LinearFunctions(a_mid - a_half, c_mid - c_half, budget, a_mid + a_half, c_mid + c_half, budget)
+
+
+def _elementwise(stage: OperatorStage, f: _LinearFunctions, lower, upper, input_magnitude) -> _LinearFunctions:
+    """Both functions through an element-wise operator: its rule's relaxation on ``[lower, upper]``
+    (the input's concrete bounds), each side taking the input's function its slope's sign asks
+    for. Where a side of the relaxation is unbounded, that side is the output's interval."""
+    relaxation = stage.rule.relax(stage.layer, lower, upper)
+    out_lower, out_upper = stage.rule.forward_interval(stage.layer, [(lower, upper)])
+    u = unit_roundoff(lower.dtype)
+    magnitude = f.magnitude(input_magnitude)
+
+    def side(slope, intercept, same, other, fallback):
+        slope, intercept = slope.expand_as(lower), intercept.expand_as(lower)
+        usable = torch.isfinite(intercept) & torch.isfinite(slope)
+        slope = torch.where(usable, slope, torch.zeros_like(slope))
+        intercept = torch.where(usable, intercept, torch.zeros_like(intercept))
+        rising = slope >= 0
+        a = torch.where(rising.unsqueeze(1), same[0], other[0]) * slope.unsqueeze(1)
+        c = torch.where(usable, torch.where(rising, same[1], other[1]) * slope + intercept, fallback)
+        e = torch.where(usable, torch.where(rising, same[2], other[2]) * slope.abs() * (1 + 2 * u)
+                        + 4 * u * (slope.abs() * magnitude + intercept.abs()), torch.zeros_like(slope))
+        return a, c, e
+
+    low_side = (f.a_lo, f.c_lo, f.e_lo)
+    high_side = (f.a_hi, f.c_hi, f.e_hi)
+    a_lo, c_lo, e_lo = side(relaxation.lower_slope, relaxation.lower_intercept, low_side, high_side, out_lower)
+    a_hi, c_hi, e_hi = side(relaxation.upper_slope, relaxation.upper_intercept, high_side, low_side, out_upper)
+    return _LinearFunctions(a_lo, c_lo, e_lo, a_hi, c_hi, e_hi)
+
+
 def _concretize(f: _LinearFunctions, center, radius, input_magnitude):
     """Sound concrete bounds (lower, upper) of the stage input described by ``f``."""
     extra = f.a_lo.dim() - 2
@@ -108,11 +197,53 @@ def _concretize(f: _LinearFunctions, center, radius, input_magnitude):
     n = center.shape[1]
     u = unit_roundoff(center.dtype)
     margin = 4.0 * (n + 4) * u * (f.magnitude(input_magnitude) + f.e_lo + f.e_hi)
-    return low - margin, high + margin
+    # an unbounded operator upstream (a reciprocal across 0) leaves inf − inf: no bound there
+    return (low - margin).nan_to_num(nan=-torch.inf), (high + margin).nan_to_num(nan=torch.inf)
 
 
-def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp) -> dict[int, tuple]:
-    """Concrete bounds of the input of every ReLU stage, by forward linear bounds.
+@dataclass(frozen=True, eq=False)
+class Cut:
+    """The forward linear bounds of one tensor over B domains, where a backward walk may stop
+    (:func:`assay.bounds.crown.backsubstitute`'s ``cut``): every path from the input to the
+    tensors bounded after it must cross it, so coefficients reaching it are all it needs."""
+
+    tensor: int
+    functions: _LinearFunctions  # (B, n_in, *shape) coefficients, (B, *shape) constants and budgets
+    input_magnitude: torch.Tensor  # (B, n_in): max |x| over each domain
+    input_shape: tuple[int, ...]
+
+    def select(self, members: torch.Tensor) -> Cut:
+        """The cut for the domains ``members`` (an index tensor)."""
+        f = self.functions
+        picked = _LinearFunctions(*(t[members] for t in (f.a_lo, f.c_lo, f.e_lo, f.a_hi, f.c_hi, f.e_hi)))
+        return Cut(self.tensor, picked, self.input_magnitude[members], self.input_shape)
+
+    def substitute(self, A: torch.Tensor, rounding: bool = True):
+        """For coefficients ``A`` (B, S, *shape) on the tensor z: ``(A_x, offset, owed)`` with
+        ``A·z ≥ A_x·x + offset − owed`` for every x of each domain, exactly: positive coefficients
+        take z's lower function, negative ones its upper function (both with their budgets);
+        ``owed`` bounds the rounding of these sums of Q products (γ_{Q+n+8} of their magnitudes)."""
+        f = self.functions
+        batch, rows = A.shape[:2]
+        flat = A.reshape(batch, rows, -1)
+        positive, negative = flat.clamp(min=0), flat.clamp(max=0)
+        coefficients = lambda t: t.reshape(batch, t.shape[1], -1).transpose(1, 2)  # noqa: E731
+        vector = lambda t: t.reshape(batch, -1, 1)  # noqa: E731
+        A_x = positive.matmul(coefficients(f.a_lo)) + negative.matmul(coefficients(f.a_hi))
+        offset = (positive.matmul(vector(f.c_lo - f.e_lo)) + negative.matmul(vector(f.c_hi + f.e_hi))).squeeze(-1)
+        if not rounding:
+            return A_x.reshape(batch, rows, *self.input_shape), offset, torch.zeros_like(offset)
+        with torch.no_grad():
+            terms = flat.shape[-1] + self.input_magnitude.shape[1] + 8
+            scale = f.magnitude(self.input_magnitude) + f.e_lo + f.e_hi
+            owed = gamma(terms, A.dtype) * flat.detach().abs().matmul(vector(scale)).squeeze(-1)
+        return A_x.reshape(batch, rows, *self.input_shape), offset, owed
+
+
+def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, keep=(),
+                   cuts: dict[int, Cut] | None = None) -> dict[int, tuple]:
+    """Concrete bounds of the input of every ReLU stage and of every tensor a non-linear general
+    operator reads, by forward linear bounds.
 
     Args:
         plan: stages in the working dtype; input bounds ``lower``/``upper`` of shape (B, *input_shape).
@@ -120,10 +251,11 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp) 
             otherwise (IBP, a parent domain, split constraints); its result is what the ReLU
             relaxation uses, so it must itself be sound.
     Returns:
-        ``{relu position: (lower, upper)}`` (after ``clamp``).
+        ``{tensor: (lower, upper)}`` (after ``clamp``) for those tensors. With ``keep`` (tensor
+        indices) and a dict ``cuts``, each kept tensor's functions are stored in ``cuts`` as a
+        :class:`Cut` (meaningful where the tensor is a cut, see :func:`cut_tensors`).
     """
     plan.require_no_maxpool("forward linear bounds (intermediate_method='forward')")
-    plan.require_relu_network("forward linear bounds (intermediate_method='forward')")
     batch = lower.shape[0]
     n = lower[0].numel()
     dtype = lower.dtype
@@ -135,19 +267,71 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp) 
     zeros = torch.zeros_like(lower)
     functions = {0: _LinearFunctions(identity, zeros, zeros, identity, zeros, zeros)}
     result = {}
+
+    def concrete(tensor):  # the tensor's bounds (after clamp), kept for the caller
+        if tensor not in result:
+            result[tensor] = clamp(tensor, *_concretize(functions[tensor], center, radius, input_magnitude))
+        return result[tensor]
+
     for position, stage in enumerate(plan.stages):
         if isinstance(stage, ReluStage):
-            f = functions[position]
-            low, high = _concretize(f, center, radius, input_magnitude)
-            low, high = clamp(position, low, high)
-            result[position] = (low, high)
-            f = _relu(f, low, high, input_magnitude)
+            f = _relu(functions[position], *concrete(position), input_magnitude)
         elif isinstance(stage, AddStage):
             f = _add(functions[stage.sources[0]], functions[stage.sources[1]], input_magnitude)
+        elif isinstance(stage, OperatorStage) and not stage.nonlinear:
+            f = _linear_operator(stage, [functions[s] for s in stage.sources], input_magnitude)
+        elif isinstance(stage, OperatorStage) and isinstance(stage.rule, ElementwiseRule):
+            f = _elementwise(stage, functions[stage.sources[0]], *concrete(stage.sources[0]), input_magnitude)
+        elif isinstance(stage, OperatorStage):  # products, softmax, …: the output's interval
+            f = _constant(*stage.interval({s: concrete(s) for s in stage.sources}), n)
         else:
             f = _affine(stage, functions[stage.sources[0]], input_magnitude)
         functions[position + 1] = f
+        if position + 1 in keep and cuts is not None:
+            cuts[position + 1] = Cut(position + 1, f, input_magnitude, tuple(lower.shape[1:]))
         for source in stage.sources:  # free what no later stage reads (the tensors are large)
             if plan.last_use[source] == position:
                 functions.pop(source, None)
     return result
+
+
+def cut_tensors(plan: Plan) -> list[int]:
+    """The tensors t ≥ 1 that every path from the input to a later tensor crosses (no stage from
+    t on reads a tensor before t), ascending: where a backward walk can stop (:class:`Cut`)."""
+    reads_before = [min(stage.sources) for stage in plan.stages]
+    cuts, earliest = [], len(plan.stages)
+    for t in range(len(plan.stages), 0, -1):  # earliest = the least tensor read by stages t, t+1, …
+        if t < len(plan.stages):
+            earliest = min(earliest, reads_before[t])
+        if earliest >= t:
+            cuts.append(t)
+    return sorted(cuts)
+
+
+# Backward substitution for every refined tensor costs about this many coefficient operations
+# (rows × the tensors each row's walk crosses) before forward bounds are preferred; below it the
+# (tighter) backward bounds are cheap (ACAS Xu: ~10⁵).
+_BACKWARD_BUDGET = 2e8
+
+
+def intermediate_method_for(plan: Plan) -> str:
+    """``"hybrid"`` (forward linear bounds, then CROWN where its walks are short, see
+    :func:`~assay.bounds.compute_bounds`) where backward CROWN bounds of every intermediate
+    tensor would cost far more than forward linear bounds, else ``"crown"``.
+
+    Backward substitution walks the whole prefix of the network once per refined element (two
+    rows); forward bounds push (inputs + 1) functions per side through the network once. A
+    generator (cgan: 5 inputs, a 28,800-element image) takes minutes backwards per box and a
+    fraction of a second forwards; a small dense network (ACAS Xu) is cheap either way and keeps
+    the tighter backward bounds. Networks with MaxPool stages or more than
+    :data:`MAX_FORWARD_INPUTS` inputs always get ``"crown"`` (forward bounds do not take them).
+    """
+    sizes = [math.prod(shape) for shape in plan.network.shapes]
+    inputs = sizes[0]
+    if inputs > MAX_FORWARD_INPUTS or plan.has_maxpool:
+        return "crown"
+    refined = set(plan.relu_positions) | set(plan.operator_inputs)
+    prefix = list(itertools.accumulate(sizes))
+    backward = sum(2 * sizes[t] * prefix[t] for t in refined)
+    forward = 2 * (inputs + 1) * prefix[-1]
+    return "hybrid" if backward > _BACKWARD_BUDGET and backward > 8 * forward else "crown"

@@ -27,10 +27,11 @@ from assay.bounds import (
     LinearBounds,
     compute_bounds,
     gradient_bounds,
+    intermediate_method_for,
     plan_for,
 )
 from assay.bounds.forward import MAX_FORWARD_INPUTS
-from assay.nn.layers import MaxPool2d, ReLU
+from assay.nn.layers import ReLU
 from assay.nn.network import Network
 from assay.verify.attack import confirm, pgd
 from assay.verify.deadline import Deadline
@@ -44,14 +45,14 @@ _ALPHA_OPTIONS = AlphaCrownOptions(iterations=5, lr=0.3)
 # Below this relative width a box is not split further: bounds cannot be trusted to tighten.
 _MIN_RELATIVE_WIDTH = 1e-10
 
-# Backward substitution bounds each ReLU layer's neurons by walking the whole network before
-# it, forward linear bounds (:mod:`assay.bounds.forward`) push one linear function per input
-# through each layer: on wide networks with few inputs the first costs thousands of times the
-# second. Past both thresholds (multiply-adds per box of the backward pass, and its ratio to the
-# forward pass's), boxes get forward intermediate bounds: looser, so the search splits more,
-# but each box is cheap. On VNN-COMP tllverifybench (2 inputs, 10 M weights, 6,700 ReLUs; ratio
-# 2,400) one CROWN pass over a box cost ~10 s and the search ran 600 s over 3 boxes; with
-# forward bounds it holds after 495 boxes in 36 s of CPU. ACAS Xu (ratio 30, 2·10⁶) keeps CROWN.
+# A dense layer's backward walk costs its weights per row, which the engine's rule
+# (:func:`assay.bounds.intermediate_method_for`, counting tensor elements) does not see. Past both
+# thresholds (multiply-adds per box of the backward pass, and its ratio to one forward pass of
+# a linear function per input), a plain ReLU network's boxes get forward intermediate bounds:
+# looser, so the search splits more, but each box is cheap. On VNN-COMP tllverifybench (2
+# inputs, 10 M weights, 6,700 ReLUs; ratio 2,400) one CROWN pass over a box cost ~10 s and the
+# search ran 600 s over 3 boxes; with forward bounds N=40 instance 0 holds after 495 boxes in
+# 31 s of CPU (hybrid bounds: 27 boxes in 150 s). ACAS Xu (ratio 30, 2·10⁶) keeps CROWN.
 FORWARD_MIN_BACKWARD_COST = 5e8
 FORWARD_MIN_COST_RATIO = 100.0
 
@@ -217,14 +218,17 @@ def bound_boxes(network, query, lower, upper, parents, method, dtype, stats, gri
     """
     shape = network.input_shape
     first = "crown" if method == "alpha" else method
-    engine = {}
-    if first == "crown" and weight_perturbation is None and intermediate_method_for(network) == "forward":
-        engine["intermediate_method"] = "forward"
+    # A generator's images cost minutes of backward CROWN per box, forward bounds a fraction of a
+    # second (cgan: 5 inputs); weight perturbation and fixed layers need the backward pass.
+    intermediate_method = "crown"
+    if first != "ibp" and weight_perturbation is None and not fixed_layers:
+        intermediate_method = box_intermediate_method(network)
     result = compute_bounds(
         network, (lower.reshape(-1, *shape), upper.reshape(-1, *shape)), spec=(query.C, query.d),
         method=first, dtype=dtype, sides="upper", return_linear=True, intermediate=parents,
-        refine_intermediate=refine_intermediate, weight_perturbation=weight_perturbation, fixed_layers=fixed_layers,
-        deadline=None if deadline is None else deadline.at, **engine,
+        refine_intermediate=refine_intermediate, intermediate_method=intermediate_method,
+        weight_perturbation=weight_perturbation, fixed_layers=fixed_layers,
+        deadline=None if deadline is None else deadline.at,
     )
     stats.bound_calls += 1
     stats.domains += lower.shape[0]
@@ -247,18 +251,17 @@ def bound_boxes(network, query, lower, upper, parents, method, dtype, stats, gri
     return _replace_rows(result, tighter, open_), group_upper
 
 
-def intermediate_method_for(network: Network) -> str:
-    """How input splitting bounds the pre-activations of ``network``'s boxes: ``"forward"`` where
-    backward substitution would cost far more per box (see :data:`FORWARD_MIN_COST_RATIO`),
-    else ``"crown"``. Only plain ReLU networks (no MaxPool, no general operator) with at most
-    :data:`~assay.bounds.forward.MAX_FORWARD_INPUTS` inputs qualify (what forward bounds support)."""
-    if (network.input_size > MAX_FORWARD_INPUTS or not network.is_relu_network
-            or any(isinstance(layer, MaxPool2d) for layer in network.layers)):
-        return "crown"
-    backward, forward = _pass_costs(network)
-    if backward >= FORWARD_MIN_BACKWARD_COST and backward >= FORWARD_MIN_COST_RATIO * forward:
-        return "forward"
-    return "crown"
+def box_intermediate_method(network: Network) -> str:
+    """How input splitting bounds the intermediate tensors of ``network``'s boxes: ``"forward"``
+    for a plain ReLU network whose backward pass would cost far more per box in weights walked
+    (see :data:`FORWARD_MIN_COST_RATIO`), else the engine's choice
+    (:func:`assay.bounds.intermediate_method_for`: ``"hybrid"`` or ``"crown"``)."""
+    plan = plan_for(network, torch.float64)
+    if (network.input_size <= MAX_FORWARD_INPUTS and network.is_relu_network and not plan.has_maxpool):
+        backward, forward = _pass_costs(network)
+        if backward >= FORWARD_MIN_BACKWARD_COST and backward >= FORWARD_MIN_COST_RATIO * forward:
+            return "forward"
+    return intermediate_method_for(plan)
 
 
 def _pass_costs(network: Network) -> tuple[int, int]:

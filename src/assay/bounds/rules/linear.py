@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from typing import ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch.func import vjp
 
 from assay.bounds.ibp import center_radius
@@ -36,6 +38,9 @@ from assay.bounds.rules.base import Crossing, dot
 from assay.nn.ops import Affine, Binary, Concat, ConstMatMul, Conv, Gather, Neg, Pad, Reduce, Resize, Slice, Transpose
 
 __all__ = ["LinearRule"]
+
+_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+_CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 
 
 class LinearRule:
@@ -57,6 +62,21 @@ class LinearRule:
     def alpha_tensors(self) -> int:
         return 0
 
+    def absolute_map(self, layer):
+        """:meth:`absolute` of ``layer``, built once per layer (building one copies and checks the
+        layer's constants: on nn4sys' pensieve that was a fifth of a CROWN pass)."""
+        cache = self.__dict__.setdefault("_absolute_maps", weakref.WeakKeyDictionary())
+        if layer not in cache:
+            cache[layer] = self.absolute(layer)
+        return cache[layer]
+
+    def transpose(self, layer, G: torch.Tensor, in_shapes) -> tuple[torch.Tensor, ...]:
+        """``Lᵀ G`` per input for G (N, *out_shape): torch's vector-Jacobian product, exact for
+        any affine map (subclasses may give a direct transpose, e.g. a convolution's adjoint)."""
+        zeros = [torch.zeros(G.shape[0], *shape, dtype=G.dtype) for shape in in_shapes]
+        _, pull = vjp(layer.forward, *zeros)
+        return pull(G)
+
     # ------------------------------------------------------------------ the uniform interface
     def forward_interval(self, layer, inputs):
         lowers, uppers = [l for l, _ in inputs], [u for _, u in inputs]
@@ -64,7 +84,7 @@ class LinearRule:
             return layer.forward(*lowers), layer.forward(*uppers)
         dtype = lowers[0].dtype
         centers, radii = zip(*(center_radius(l, u) for l, u in inputs))
-        absolute = self.absolute(layer)
+        absolute = self.absolute_map(layer)
         out_center = layer.forward(*centers)
         out_radius = absolute(*radii)
         constant = self._constant(layer, lowers)
@@ -77,9 +97,7 @@ class LinearRule:
     def backward(self, layer, A: torch.Tensor, inputs, alpha=None) -> Crossing:
         batch, rows = A.shape[:2]
         lowers = [l for l, _ in inputs]
-        zeros = [torch.zeros(batch * rows, *l.shape[1:], dtype=A.dtype) for l in lowers]
-        _, pull = vjp(layer.forward, *zeros)
-        pulled = pull(A.reshape(batch * rows, *A.shape[2:]))
+        pulled = self.transpose(layer, A.reshape(batch * rows, *A.shape[2:]), [tuple(l.shape[1:]) for l in lowers])
         coefficients = tuple(p.reshape(batch, rows, *p.shape[1:]) for p in pulled)
         constant = self._constant(layer, lowers)  # (1, *out)
         offset = dot(A, constant) if bool((constant != 0).any()) else A.new_zeros(batch, rows)
@@ -94,7 +112,7 @@ class LinearRule:
                 big = torch.finfo(A.dtype).max
                 magnitudes = [torch.maximum(l.abs(), u.abs()).amax(0, keepdim=True).nan_to_num(nan=big, posinf=big)
                               for l, u in inputs]
-                scaled = self.absolute(layer)(*magnitudes).nan_to_num(nan=big, posinf=big)
+                scaled = self.absolute_map(layer)(*magnitudes).nan_to_num(nan=big, posinf=big)
                 rounding = rounding + gamma(fan + 2, A.dtype) * dot(A.detach().abs(), scaled)
         return Crossing(coefficients, offset, rounding)
 
@@ -104,7 +122,7 @@ class LinearRule:
         a branching score, never a bound."""
         batch, rows = G.shape[:2]
         zeros = [torch.zeros(batch * rows, *shape, dtype=G.dtype) for shape in in_shapes]
-        _, pull = vjp(self.absolute(layer), *zeros)
+        _, pull = vjp(self.absolute_map(layer), *zeros)
         return tuple(p.reshape(batch, rows, *p.shape[1:]) for p in pull(G.reshape(batch * rows, *G.shape[2:])))
 
     def _constant(self, layer, like: list[torch.Tensor]) -> torch.Tensor:
@@ -198,7 +216,37 @@ class ConstMatMulRule(LinearRule):
 
 @register(Conv)
 class ConvRule(LinearRule):
-    """N-d convolutions and transposed convolutions with constant kernels."""
+    """N-d convolutions and transposed convolutions with constant kernels.
+
+    Backwards, each is the other's adjoint: a convolution's transpose is a transposed convolution
+    (then the padding cropped away), a transposed convolution's is a convolution (of the
+    coefficients padded back to the uncropped output) — one call where a vector-Jacobian
+    product runs the forward map too, and one level of autograd for α-CROWN instead of two.
+    """
+
+    def transpose(self, layer, G, in_shapes):
+        dims = layer.weight.ndim - 2
+        weight = layer.weight.to(G.dtype)
+        (in_shape,) = in_shapes
+        spatial = in_shape[len(in_shape) - dims:]
+        G = G.reshape(-1, *G.shape[G.ndim - dims - 1:])  # leading dimensions of a sample join the batch
+        if layer.transposed:  # y = crop(conv_transpose(x)): x̄ = conv(pad(ȳ))
+            widths = []
+            for before, after in zip(reversed(layer.begin), reversed(layer.end)):
+                widths += [before, after]
+            full = F.pad(G, widths) if any(widths) else G
+            back = _CONV[dims](full, weight, None, layer.stride, 0, layer.dilation, layer.groups)
+            # output padding can add positions no input reaches: their adjoint entries are dropped
+            back = back[(slice(None), slice(None), *(slice(0, n) for n in spatial))]
+        else:  # y = conv(pad(x)): x̄ = crop(conv_transpose(ȳ))
+            padded = [n + b + e for n, b, e in zip(spatial, layer.begin, layer.end)]
+            produced = [(o - 1) * s + d * (k - 1) + 1 for o, s, d, k in
+                        zip(G.shape[2:], layer.stride, layer.dilation, weight.shape[2:])]
+            extra = tuple(p - q for p, q in zip(padded, produced))
+            back = _CONV_T[dims](G, weight, None, layer.stride, 0, extra, layer.groups, layer.dilation)
+            index = [slice(None), slice(None)] + [slice(b, b + n) for b, n in zip(layer.begin, spatial)]
+            back = back[tuple(index)]
+        return (back.reshape(-1, *in_shape),)
 
     def absolute(self, layer):
         return dataclasses.replace(layer, weight=layer.weight.abs(), bias=torch.zeros_like(layer.bias)).forward

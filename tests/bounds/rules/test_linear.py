@@ -1,0 +1,49 @@
+"""The convolution rule's direct transpose (its adjoint convolution) against torch's
+vector-Jacobian product, which is the transpose of any affine map by definition."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from assay.bounds.rules import rule_for
+from assay.bounds.rules.linear import LinearRule
+from assay.nn import ops
+
+_IN_SHAPE = (4, 9, 8)
+
+
+def _layers():
+    """Convolutions and transposed convolutions over strides, asymmetric pads, dilations, groups
+    and output paddings (those that give a non-empty output for a (4, 9, 8) input)."""
+    grid = itertools.product([False, True], [(1, 1), (2, 2), (2, 1)], [(0, 0), (1, 0)], [(0, 0), (0, 2)],
+                             [(1, 1), (2, 1)], [1, 2], [(0, 0), (1, 0)])
+    generator = torch.Generator().manual_seed(0)
+    for transposed, stride, begin, end, dilation, groups, output_padding in grid:
+        if output_padding != (0, 0) and (not transposed or any(
+                o >= max(s, d) for o, s, d in zip(output_padding, stride, dilation))):
+            continue
+        shape = (4, 2, 3, 3) if transposed else (4, 4 // groups, 3, 3)
+        weight = torch.randn(*shape, generator=generator, dtype=torch.float64)
+        channels = 2 * groups if transposed else 4
+        bias = torch.randn(channels, generator=generator, dtype=torch.float64)
+        layer = ops.Conv(weight, bias, stride, begin, end, dilation, groups, transposed, output_padding)
+        out = layer.forward(torch.zeros(1, *_IN_SHAPE, dtype=torch.float64))
+        if min(out.shape[2:]) >= 1:
+            yield layer, _IN_SHAPE, tuple(out.shape[1:])
+    # a 1-D convolution whose samples have a leading dimension (nn4sys' pensieve)
+    layer = ops.Conv(torch.randn(3, 1, 4, generator=generator, dtype=torch.float64),
+                     torch.randn(3, generator=generator, dtype=torch.float64), (1,), (0,), (0,), (1,))
+    yield layer, (1, 1, 8), (1, 3, 5)
+
+
+@pytest.mark.parametrize("case", list(_layers()))
+def test_the_convolution_transpose_is_the_vector_jacobian_product(case):
+    layer, in_shape, out_shape = case
+    G = torch.randn(5, *out_shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    expected, = LinearRule.transpose(rule_for(layer), layer, G, [in_shape])
+    got, = rule_for(layer).transpose(layer, G, [in_shape])
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
