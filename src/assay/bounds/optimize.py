@@ -204,7 +204,7 @@ def _adam_steps(alphas, betas, evaluate, objective, to_linear, iterations, lr_al
     ``iterations`` steps or at ``deadline``."""
     groups = [group for group in ({"params": list(alphas.values()), "lr": lr_alpha},
                                   {"params": list(betas.values()), "lr": lr_beta}) if group["params"]]
-    optimizer = _Adam(groups, lr_decay)
+    optimizer = Adam(groups, lr_decay)
     for _ in range(iterations):
         if deadline is not None and time.monotonic() > deadline:
             return
@@ -230,7 +230,7 @@ def _keep_improved(best: dict, current: dict, improved: torch.Tensor, low: float
         best[position] = torch.where(mask, value.detach().clamp(low, high), best[position])
 
 
-class _Adam:
+class Adam:
     """Adam (Kingma & Ba; torch.optim.Adam's defaults and update) with an exponential decay of
     each group's learning rate after every step.
 

@@ -34,15 +34,19 @@ from assay.bounds import (
     BetaCrownOptions,
     IntermediateBounds,
     compute_bounds,
-    relu_coefficients,
     split_child_bounds,
 )
 from assay.bounds.ibp import cast_outward
+
+# From its module: once assay.bounds.branching imports that module, the package's attribute
+# of the same name is the module, not the function (the lazy import then returns the module).
+from assay.bounds.relu_coefficients import relu_coefficients
 from assay.errors import UnsupportedOperatorError
 from assay.nn.layers import MaxPool2d
 from assay.nn.network import Network, resolve_dtype
 from assay.verify.attack import confirm, pgd
 from assay.verify.deadline import Deadline
+from assay.verify.first_layer import first_layer, tighten_first_layer
 from assay.verify.leaf_lp import HOLDS, VIOLATED, decide_leaf, is_leaf
 from assay.verify.lp_refine import row_upper_bounds
 from assay.verify.problem import UnsafeQuery
@@ -253,6 +257,7 @@ class ReluSplitting:
         count = len(branches)
         box = (branches.lower.reshape(count, *shape), branches.upper.reshape(count, *shape))
         is_root = branches.parents is None
+        empty = None
         if is_root and self._root_bounds is not None and count == 1:
             result = self._root_bounds
         elif is_root:
@@ -262,7 +267,7 @@ class ReluSplitting:
             newest = branches.tags.get("split_layer") if branches.tags else None
             fixed = int(newest.min()) + 1 if refine and newest is not None else 0
             splits = [s.to(torch.int64) for s in branches.splits]
-            parents = branches.parents
+            parents, empty = self._first_layer_tightened(branches, newest)
             alphas = _slopes_of(branches)
             to_bound = _unstable_after(parents, fixed) if refine else None
             if to_bound is not None and to_bound <= INTERMEDIATE_BETA_MAX_UNSTABLE:
@@ -297,12 +302,36 @@ class ReluSplitting:
         stats.bound_calls += 1
         stats.domains += count
         closed = (result.upper < 0).any(1)
+        if empty is not None:
+            closed = closed | empty
         # The optimised slopes go to the children, which start from them (α reused from parents).
         alphas = {f"alpha_{k}": a for k, a in enumerate(result.alphas or ()) if a is not None}
         bounded = Branches(branches.lower, branches.upper, branches.splits, result.intermediate, branches.weight,
                            tags=alphas)
         settled = torch.where(closed, branches.weight, torch.zeros_like(branches.weight))
         return BoundedBranches(bounded, closed, settled, _DomainBounds(result, is_root))
+
+    def _first_layer_tightened(self, branches: Branches, newest: torch.Tensor | None):
+        """The domains' inherited bounds with the first ReLU layer's tightened under its splits
+        (:mod:`assay.verify.first_layer`) where the newest split is there, and (B,) bool: the
+        domains that shows empty (None when nothing was tightened). Empty domains keep their
+        bounds as they are: they are closed whatever these say."""
+        parents = branches.parents
+        form = first_layer(self.network)
+        if form is None or newest is None:
+            return parents, None
+        fresh = newest == 0
+        if not bool(fresh.any()):
+            return parents, None
+        index = fresh.nonzero().flatten()
+        tightened, empty = tighten_first_layer(form, branches.lower[index], branches.upper[index],
+                                               branches.splits[0][index], parents.select(index))
+        keep = index[~empty]
+        lower, upper = parents.lower[0].clone(), parents.upper[0].clone()
+        lower[keep], upper[keep] = tightened.lower[0][~empty], tightened.upper[0][~empty]
+        every_empty = torch.zeros(len(branches), dtype=torch.bool)
+        every_empty[index] = empty
+        return IntermediateBounds((lower, *parents.lower[1:]), (upper, *parents.upper[1:])), every_empty
 
     def probe(self, bounded: BoundedBranches, open_, deadline: Deadline, stats: SearchStats):
         payload = bounded.payload
