@@ -47,8 +47,7 @@ from __future__ import annotations
 
 import torch
 
-from assay.bounds import AlphaCrownOptions, BetaCrownOptions, compute_bounds, gradient_bounds
-from assay.bounds.relu_coefficients import relu_coefficients  # the function, not the module (see verify.relu_split)
+from assay.bounds import AlphaCrownOptions, BetaCrownOptions, compute_bounds, gradient_bounds, relu_coefficients
 from assay.errors import OptionError
 from assay.nn import Network
 from assay.preimage.refinement import RefinementCounters, check_samples, satisfies, stack_samples, volume_objective

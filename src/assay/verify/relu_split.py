@@ -34,13 +34,10 @@ from assay.bounds import (
     BetaCrownOptions,
     IntermediateBounds,
     compute_bounds,
+    relu_coefficients,
     split_child_bounds,
 )
 from assay.bounds.ibp import cast_outward
-
-# From its module: once assay.bounds.branching imports that module, the package's attribute
-# of the same name is the module, not the function (the lazy import then returns the module).
-from assay.bounds.relu_coefficients import relu_coefficients
 from assay.errors import UnsupportedOperatorError
 from assay.nn.layers import MaxPool2d
 from assay.nn.network import Network, resolve_dtype
