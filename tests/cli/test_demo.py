@@ -80,6 +80,14 @@ def test_demo_online_steps_zero_skips_the_section(invoke):
     assert skipped.exit_code == 0 and "Online verification" not in skipped.stdout and "Robust counterfactuals" in skipped.stdout
 
 
+def test_run_demo_certified_and_falsified_are_disjoint():
+    # run_demo raises on overlap; a radius where both happen on more images than the tour's exercises the check.
+    result = run_demo(epsilons=(0.05,), images=30, methods=("crown",), attack_steps=20, attack_restarts=2)
+    crown, attack = result.rows
+    assert crown.certified > 0 and attack.falsified > 0
+    assert crown.certified + attack.falsified <= 30
+
+
 def test_demo_bad_options(invoke):
     result = invoke("demo", "--epsilons", "wide")
     assert result.exit_code == 2 and "--epsilons" in result.stderr
