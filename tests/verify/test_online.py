@@ -162,7 +162,7 @@ def test_every_step_of_a_random_stream_is_confirmed(accelerations, seed):
     y = network.forward(torch.as_tensor(rng.uniform(-0.55, 0.55, (50_000, 3))))
     spec = upper_limit_spec(float(y[:, 0].max()) - 0.01 * seed)
     online = OnlineVerifier(network, start, spec=spec, accelerations=accelerations, max_leaves=64, timeout=30)
-    seen = run_stream(online, seed, 6, spec, rng, check_kept=True)
+    seen = run_stream(online, seed, 10, spec, rng, check_kept=True)
     assert seen & {HOLDS, VIOLATED}, "the stream should decide some steps"
 
 
@@ -177,7 +177,7 @@ def test_every_step_over_relu_splitting_leaves_is_confirmed(accelerations, seed)
     spec = upper_limit_spec(float(y[:, 0].max()) - 0.01 * seed)
     online = OnlineVerifier(network, start, spec=spec, accelerations=accelerations, strategy="relu", max_leaves=64,
                             timeout=30)
-    run_stream(online, seed, 5, spec, rng, check_kept=False)
+    run_stream(online, seed, 8, spec, rng, check_kept=False)
 
 
 def test_bounds_kept_for_leaves_off_the_domain_are_renewed_after_an_update():

@@ -6,7 +6,7 @@ leaves (networks with more than 16 inputs, and ``strategy="relu"`` on small ones
 input-splitting leaves.
 
 ``ASSAY_STREAM_EXAMPLES`` sets how many streams hypothesis draws per family of small networks
-(default 10) and ``ASSAY_STREAM_EXAMPLES_LARGE`` per family of 18- and 20-input ones (default 3,
+(default 15) and ``ASSAY_STREAM_EXAMPLES_LARGE`` per family of 18- and 20-input ones (default 3,
 their from-scratch checks cost more); ``benchmarks/online_streams.py`` runs the same streams long
 and seeded (over 1,000 steps)."""
 
@@ -30,7 +30,7 @@ from assay.verify.online.leaves import check_current
 from tests.requirements import require
 
 HOLDS, VIOLATED = VerificationStatus.HOLDS, VerificationStatus.VIOLATED
-EXAMPLES = int(os.environ.get("ASSAY_STREAM_EXAMPLES", "10"))
+EXAMPLES = int(os.environ.get("ASSAY_STREAM_EXAMPLES", "15"))
 EXAMPLES_LARGE = int(os.environ.get("ASSAY_STREAM_EXAMPLES_LARGE", "3"))
 
 
