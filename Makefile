@@ -30,7 +30,7 @@ test: $(VENV)/.installed-test
 	bash tests/system_setup.sh
 	$(BIN)/assay warmup
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -n 2
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

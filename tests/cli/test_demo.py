@@ -20,9 +20,6 @@ from assay.cli.main import app
 from assay.demo import run_demo
 from assay.errors import OptionError
 
-# One worker of `pytest -n 2 --dist loadgroup` runs this module: its module fixture is set up once.
-pytestmark = pytest.mark.xdist_group("demo-tour")
-
 IMAGES = 10
 
 

@@ -26,9 +26,6 @@ from assay.datasets import (
 from assay.nn import Conv2d, Flatten, Linear, Network, ReLU
 from assay.sets import Box, argmax_is
 
-# One worker of `pytest -n 2 --dist loadgroup` runs this module: its module fixture is set up once.
-pytestmark = pytest.mark.xdist_group("online-tasks")
-
 NEW_NAMES = {"MotionTask", "motion_task", "sgd_updates", "motion_spec", "motion_reparametrisation", "motion_velocities",
              "DigitsTask", "digits_task"}
 

@@ -13,8 +13,7 @@ from assay.monitor import Monitor
 from tests.monitor.certifair import certifair_names, load_certifair, oracle_pairs_linf
 from tests.monitor.test_monitor import BACKEND_NAMES
 
-# One worker of `pytest -n 2 --dist loadgroup` runs this module: its module fixture is set up once.
-pytestmark = [pytest.mark.data, pytest.mark.xdist_group("certifair-streams")]
+pytestmark = pytest.mark.data
 
 # Backends that see only the first SHORT decisions of each stream (the German streams are shorter already).
 SHORT_BACKENDS = {"scan", "bdd", "partition"}

@@ -22,9 +22,6 @@ from tests.requirements import require
 from tests.run import jobs
 from tests.serve.servers import free_port
 
-# One worker of `pytest -n 2 --dist loadgroup` runs this module: its module fixture is set up once.
-pytestmark = pytest.mark.xdist_group("dask-processes")
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -11,9 +11,6 @@ from assay.run import TaskError, TaskInputError, TasksInterrupted, run_tasks
 from tests.requirements import require
 from tests.run import jobs
 
-# One worker of `pytest -n 2 --dist loadgroup` runs this module: its module fixture is set up once.
-pytestmark = pytest.mark.xdist_group("run-tasks")
-
 
 def test_in_process_results_follow_item_order():
     assert run_tasks(jobs.square, [3, 1, 2], workers=1, progress=False) == [9, 1, 4]

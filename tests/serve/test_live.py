@@ -14,9 +14,6 @@ from assay.serve import Client, MonitorSpec, ServiceError, build
 from tests.serve.conftest import stream
 from tests.serve.servers import ThreadServer, free_port
 
-# One worker of `pytest -n 2 --dist loadgroup` runs this module: its module fixture is set up once.
-pytestmark = pytest.mark.xdist_group("serve-live")
-
 EPSILON = 0.1
 
 
