@@ -176,15 +176,15 @@ def test_student_subset_against_enumeration(data_dir, tally):
 
 @pytest.mark.data
 def test_german_subset_against_enumeration(data_dir, tally):
-    """Medium data (German, first 100 rows, 2 flips, with and without protected column 6), both methods
+    """Medium data (German, first 70 rows, 2 flips, with and without protected column 6), both methods
     against ``ground_truth`` (every flip set enumerated independently of the certifier), and each
     certificate's ``min_flips_to_change`` against a brute force over the neighbours' label counts."""
     X, y, X_test, _ = load_split(data_dir, "german")
     ks = [10, 15, 20, 25]
-    reference = Reference(X[:100], y[:100], ks, 10, arithmetic="float")
+    reference = Reference(X[:70], y[:70], ks, 10, arithmetic="float")
     fair = []
     for protected in ([], [6]):
-        problem = Problem(X=X[:100], y=y[:100], tests=X_test[:20], ks=ks, folds=10, flips=2, protected=protected)
+        problem = Problem(X=X[:70], y=y[:70], tests=X_test[:20], ks=ks, folds=10, flips=2, protected=protected)
         truths = truth_for(problem)
         fair += [t.fair for t in truths]
         fewest = []

@@ -6,6 +6,7 @@ Over-approximations: every sampled point that maps into the output region must b
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -274,10 +275,17 @@ def test_ctrl_c_returns_the_approximation_reached_so_far():
     assert signal.getsignal(signal.SIGINT) == before  # the handler is put back
 
 
-def _digits_patch(size: int = 3):
+@functools.cache
+def _digits_network():
+    """The demo's digits MLP and its test images, trained once per test process (the tests only read them)."""
     from assay.demo import _train
 
     network, x_test, y_test, _, _ = _train((32, 32), 0)
+    return network, x_test
+
+
+def _digits_patch(size: int = 3):
+    network, x_test = _digits_network()
     image = x_test[4].reshape(1, 8, 8)
     label = int(network.forward(x_test[4]).argmax())
     region = patch_region(image, 2, 3, size, size)

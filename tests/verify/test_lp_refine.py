@@ -112,30 +112,54 @@ def test_an_expired_deadline_keeps_the_given_bounds_and_other_networks_are_not_r
     assert refine_bounds(conv, box[0], box[1], compute_bounds(conv, box).intermediate) is None
 
 
-def exact_range(network, lower, upper, layer):
-    """min and max of every pre-activation of ReLU layer ``layer`` over the box: one LP per
-    activation pattern of all the layers before it (tiny networks only)."""
-    weights = dense_layers(network)
-    widths = [len(b) for _, b in weights[:layer]]
+def feasible_regions(weights, lower, upper, layer):
+    """Every activation pattern of the ReLU layers before ``layer`` whose region meets the box, as
+    (A_ub, b_ub, A, c): the region is A_ub x ≤ b_ub, where layer ``layer``'s input is A x + c.
+
+    Neuron by neuron, depth first: a partial pattern whose region is already empty (a feasibility
+    LP) is not extended, so only the few non-empty regions of a tiny network are enumerated
+    instead of all 2^neurons patterns. Closed half-spaces (z ≥ 0 active, z ≤ 0 inactive), as the
+    LP of each pattern would have them."""
     bounds = list(zip(lower, upper))
-    low, high = np.full(len(weights[layer][1]), np.inf), np.full(len(weights[layer][1]), -np.inf)
-    for flat in itertools.product((0.0, 1.0), repeat=sum(widths)):
-        A, c = np.eye(len(lower)), np.zeros(len(lower))  # the current layer's input as A x + c
-        rows, rhs = [], []
-        start = 0
-        for (W, b), width in zip(weights[:layer], widths):
-            s = np.array(flat[start: start + width])
-            start += width
-            zA, zc = W @ A, W @ c + b
-            sign = np.where(s > 0, -1.0, 1.0)  # active: z ≥ 0 (−z ≤ 0); inactive: z ≤ 0
-            rows.append(sign[:, None] * zA)
-            rhs.append(-sign * zc)
-            A, c = s[:, None] * zA, s * zc
-        W, b = weights[layer]
+
+    def nonempty(rows, rhs):
+        return linprog(np.zeros(len(lower)), A_ub=np.vstack(rows), b_ub=np.array(rhs), bounds=bounds,
+                       method="highs").status == 0
+
+    def layers_from(k, A, c, rows, rhs):
+        if k == layer:
+            yield np.vstack(rows), np.array(rhs), A, c
+            return
+        W, b = weights[k]
         zA, zc = W @ A, W @ c + b
-        A_ub, b_ub = np.vstack(rows), np.concatenate(rhs)
+        yield from neurons_from(k, zA, zc, 0, [], rows, rhs)
+
+    def neurons_from(k, zA, zc, i, pattern, rows, rhs):
+        if i == len(zc):
+            s = np.array(pattern)
+            yield from layers_from(k + 1, s[:, None] * zA, s * zc, rows, rhs)
+            return
+        for active in (1.0, 0.0):
+            sign = -1.0 if active else 1.0  # active: z ≥ 0 (−z ≤ 0); inactive: z ≤ 0
+            more_rows, more_rhs = rows + [sign * zA[i]], rhs + [-sign * zc[i]]
+            if nonempty(more_rows, more_rhs):
+                yield from neurons_from(k, zA, zc, i + 1, pattern + [active], more_rows, more_rhs)
+
+    yield from layers_from(0, np.eye(len(lower)), np.zeros(len(lower)), [np.zeros(len(lower))], [0.0])
+
+
+def exact_range(network, lower, upper, layer, directions=(1.0, -1.0)):
+    """min and max of every pre-activation of ReLU layer ``layer`` over the box: one LP per
+    non-empty activation region of all the layers before it (tiny networks only). With
+    ``directions=(1.0,)`` only the maxima are solved for (the minima stay +inf)."""
+    weights = dense_layers(network)
+    bounds = list(zip(lower, upper))
+    W, b = weights[layer]
+    low, high = np.full(len(b), np.inf), np.full(len(b), -np.inf)
+    for A_ub, b_ub, A, c in feasible_regions(weights, lower, upper, layer):
+        zA, zc = W @ A, W @ c + b
         for j in range(len(b)):
-            for direction in (1.0, -1.0):
+            for direction in directions:
                 result = linprog(-direction * zA[j], A_ub=A_ub, b_ub=b_ub, bounds=bounds, method="highs")
                 if result.status != 0:
                     continue
@@ -216,7 +240,7 @@ def exact_row_maxima(network, lower, upper, C, d):
     last = layers[-1]
     layers[-1] = Linear(C @ last.weight.numpy(), C @ last.bias.numpy() + d)
     folded = Network(tuple(layers), network.input_shape)
-    return exact_range(folded, lower, upper, len(dense_layers(folded)) - 1)[1]
+    return exact_range(folded, lower, upper, len(dense_layers(folded)) - 1, directions=(1.0,))[1]
 
 
 @pytest.mark.parametrize("seed", range(2))
