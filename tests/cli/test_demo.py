@@ -52,6 +52,26 @@ def test_demo_small_configuration_json(tour):
     assert rows[0.1, "crown"]["certified"] > 0 and rows[0.1, "pgd"]["falsified"] > 0
 
 
+def test_demo_general_section_bounds_contain_the_samples_and_its_verdicts_match_them(tour):
+    import torch
+
+    from assay.verify.general_demo import control_policy
+
+    data = tour["general"]
+    assert {"Sin", "Cos", "Tanh", "Sigmoid", "Mul"} <= set(data["operators"])
+    sampled = data["sampled"]
+    for method, bounds in data["bounds"].items():
+        assert bounds["lower"] <= sampled["min"] and bounds["upper"] >= sampled["max"], method
+    # tighter methods are tighter here: CROWN within IBP's interval, α-CROWN within CROWN's
+    assert data["bounds"]["crown"]["upper"] <= data["bounds"]["ibp"]["upper"]
+    assert data["bounds"]["alpha"]["upper"] <= data["bounds"]["crown"]["upper"]
+    above, below = data["verdicts"]
+    assert above["threshold"] > sampled["max"] > below["threshold"]
+    assert above["status"] == "holds" and below["status"] == "violated"
+    point = torch.tensor(below["counterexample"]["input"], dtype=torch.float64).reshape(1, 2)
+    assert float(control_policy().forward(point)) >= below["threshold"]
+
+
 def test_demo_table(tour):
     """Every section's printer (what the table output shows) on the tour's results."""
     names = [section.name for section in DEMO_SECTIONS]
