@@ -20,7 +20,7 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
-# `assay warmup` compiles the monitor's kernels once (about 20 s on a fresh machine; a second when
+# `assay warmup` compiles the monitor's and the KNN certifier's kernels once (about 20 s on a fresh machine; a second when
 # numba's cache already has them), so that no later command waits for the compiler.
 demo: $(VENV)/.installed
 	$(BIN)/assay warmup
