@@ -29,6 +29,7 @@ confirmed by a float64 forward pass.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -59,6 +60,18 @@ def round_size(network: Network, batch_size: int) -> int:
     plan = plan_for(network, torch.float64)
     per_branch = sum(math.prod(network.shapes[t]) for t in set(plan.relu_positions) | set(plan.operator_tensors))
     return max(1, min(batch_size, _ROUND_ELEMENTS // max(1, 2 * per_branch)))
+
+
+class _Choice(NamedTuple):
+    """The elements chosen for the branches open at ``decide``: ``open`` (B,) their mask; per open
+    branch the ``tensor`` index, the flat ``element``, its interval ``lower``/``upper`` and its ``score``."""
+
+    open: torch.Tensor
+    tensor: torch.Tensor
+    element: torch.Tensor
+    lower: torch.Tensor
+    upper: torch.Tensor
+    score: torch.Tensor
 
 
 class OperatorSplitting:
@@ -122,15 +135,16 @@ class OperatorSplitting:
         return found
 
     def decide(self, bounded: BoundedBranches, open_, deadline: Deadline, stats: SearchStats) -> LeafDecision:
-        self._choice = self._choose(bounded, open_)
-        element_lower, element_upper, score = self._choice[2], self._choice[3], self._choice[4]
-        width = element_upper - element_lower
-        magnitude = torch.maximum(element_lower.abs(), element_upper.abs())
-        stuck = (score <= 0) | ~(width > _MIN_RELATIVE_WIDTH * (1 + magnitude))
+        # The elements to split are chosen here (split uses them): a branch with nothing worth
+        # splitting, or only intervals too thin to split, leaves the search UNKNOWN.
+        self._choice = choice = self._choose(bounded, open_)
+        width = choice.upper - choice.lower
+        magnitude = torch.maximum(choice.lower.abs(), choice.upper.abs())
+        stuck = (choice.score <= 0) | ~(width > _MIN_RELATIVE_WIDTH * (1 + magnitude))
         return LeafDecision(torch.zeros_like(open_), undecidable=bool(stuck.any()))
 
-    def _choose(self, bounded: BoundedBranches, open_):
-        """Per open branch: (tensor, flat element, its lower, its upper, score) to split."""
+    def _choose(self, bounded: BoundedBranches, open_) -> _Choice:
+        """Per open branch, the element to split (see :class:`_Choice`)."""
         rows = bounded.payload[0][open_]
         branches = bounded.branches.select(open_)
         candidates = split_candidates(self.network, branches.lower.reshape(-1, *self.network.input_shape),
@@ -142,14 +156,13 @@ class OperatorSplitting:
             mine = (k == i).nonzero().flatten()
             lows[mine] = candidates.lower[i][mine, element[mine]]
             highs[mine] = candidates.upper[i][mine, element[mine]]
-        tensors = torch.tensor(candidates.tensors)[k]
-        return open_.clone(), tensors, lows, highs, score, element
+        return _Choice(open_.clone(), torch.tensor(candidates.tensors)[k], element, lows, highs, score)
 
     def split(self, bounded: BoundedBranches, open_) -> list[Branches]:
-        chosen_open, tensors, lows, highs, _, elements = self._choice
+        choice = self._choice
         # the search may split fewer branches than were open when they were chosen
-        keep = open_[chosen_open]
-        tensors, lows, highs, elements = tensors[keep], lows[keep], highs[keep], elements[keep]
+        keep = open_[choice.open]
+        tensors, elements, lows, highs = choice.tensor[keep], choice.element[keep], choice.lower[keep], choice.upper[keep]
         branches = bounded.branches.select(open_)
         point = torch.where((lows < 0) & (highs > 0), torch.zeros_like(lows), lows / 2 + highs / 2)
         left = self._narrowed(branches.parents, tensors, elements, upper=point)
