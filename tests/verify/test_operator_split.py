@@ -133,3 +133,22 @@ def test_general_split_verdicts_agree_with_gradient_ascent():
             assert threshold > peak
         else:
             assert result.status is not HOLDS, f"HOLDS for y ≥ {threshold}, but gradient ascent reaches {peak}"
+
+
+def test_given_operator_bounds_after_fixed_layers_are_not_trusted():
+    """``fixed_layers`` says the layers after the first k ReLU layers may have changed: bounds given
+    for the tensors operators read there (from the network before the change) must not be used."""
+    from assay.bounds import IntermediateBounds, compute_bounds
+
+    network = mixed_network(1)
+    lower, upper = box()
+    first = compute_bounds(network, Box(lower, upper), method="crown")
+    stale = first.intermediate
+    # tensors after the ReLU (the sigmoid's input and the product's factors) pinned to a point
+    wrong = IntermediateBounds(stale.lower, stale.upper, tuple(t * 0 for t in stale.operator_lower),
+                               tuple(t * 0 for t in stale.operator_upper))
+    result = compute_bounds(network, Box(lower, upper), method="crown", intermediate=wrong, fixed_layers=1)
+    generator = torch.Generator().manual_seed(0)
+    x = lower + (upper - lower) * torch.rand(2000, 6, dtype=torch.float64, generator=generator)
+    y = network.forward(x).reshape(-1)
+    assert float(result.lower[0, 0]) <= float(y.min()) and float(result.upper[0, 0]) >= float(y.max())

@@ -168,7 +168,12 @@ def compute_bounds(
             _check_intermediate(plan, intermediate, batch)
             for k, position in enumerate(plan.relu_positions):
                 known[position] = cast_outward(intermediate.lower[k], intermediate.upper[k], torch_dtype)
+            # With fixed_layers, only the tensors before the first layer bounded again are trusted
+            # (the later ones may belong to a network that changed since).
+            trusted = plan.relu_positions[fixed_layers - 1] + 1 if fixed_layers else math.inf
             for k, tensor in enumerate(plan.operator_tensors if intermediate.operator_lower else ()):
+                if tensor >= trusted:
+                    continue
                 given = cast_outward(intermediate.operator_lower[k], intermediate.operator_upper[k], torch_dtype)
                 if tensor in known:  # a ReLU's input that an operator reads too: both hold
                     given = torch.maximum(given[0], known[tensor][0]), torch.minimum(given[1], known[tensor][1])
