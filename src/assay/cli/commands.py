@@ -45,7 +45,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("cfx", "assay.cli.cfx_cmd:cfx",
      "Explain rejected inputs with counterfactuals, optionally robust to model retraining."),
     ("warmup", "assay.cli.warmup_cmd:warmup",
-     "Compile the monitor's kernels now (once; later runs load them in about a second)."),
+     "Compile the monitor's and the KNN certifier's kernels now (once; later runs load them in about a second)."),
 )
 
 # The top-level options: (how they are spelled in the help, help text).
