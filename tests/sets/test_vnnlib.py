@@ -112,6 +112,31 @@ def test_disjunction_over_inputs_gives_one_query_per_box(tmp_path):
     assert second.input_set.lower.tolist() == [2.0, 0.0] and rows(second.unsafe_outputs) == [[(0.0, 1.0, 0.0, 0.0)]]
 
 
+def test_input_bounds_inside_disjunctions_read_as_the_general_path_reads_them(tmp_path):
+    """``(<= X_i c)`` inside ``(or (and ...))`` takes a direct lane; the same bounds written as
+    compound terms (which only the general path reads) give the same queries, strict or not, and
+    an undeclared variable there still gets its error."""
+    direct = """
+(assert (or (and (>= X_0 -0.25) (< X_0 1e-1) (> X_1 0) (<= X_1 7) (>= Y_0 Y_1))
+            (and (>= X_0 2) (<= X_0 3.5) (>= X_1 -1) (<= X_1 1) (<= Y_2 0))))
+"""
+    compound = """
+(assert (or (and (>= (+ X_0 0) -0.25) (< (* 1 X_0) 1e-1) (> (- X_1 0) 0) (<= (+ X_1 0) 7) (>= Y_0 Y_1))
+            (and (>= (+ X_0 0) 2) (<= (+ X_0 0) 3.5) (>= (+ X_1 0) -1) (<= (+ X_1 0) 1) (<= Y_2 0))))
+"""
+    fast = read_vnnlib(write(tmp_path, direct, "direct.vnnlib"))
+    general = read_vnnlib(write(tmp_path, compound, "compound.vnnlib"))
+    assert len(fast.queries) == len(general.queries) == 2
+    for a, b in zip(fast.queries, general.queries):
+        assert a.input_set.lower.tolist() == b.input_set.lower.tolist()
+        assert a.input_set.upper.tolist() == b.input_set.upper.tolist()
+        assert rows(a.unsafe_outputs) == rows(b.unsafe_outputs)
+    assert fast.queries[0].input_set.upper.tolist() == [0.1, 7.0]
+    with pytest.raises(SpecError, match="X_7"):
+        read_vnnlib(write(tmp_path, "(assert (or (and (<= X_7 1) (>= Y_0 0)) (and (<= X_0 1) (>= Y_0 0))))\n",
+                          "undeclared.vnnlib"))
+
+
 def test_input_and_output_disjunctions_in_separate_asserts_combine(tmp_path):
     body = """
 (assert (or (and (>= X_0 0) (<= X_0 1)) (and (>= X_0 2) (<= X_0 3))))
