@@ -92,3 +92,17 @@ def test_serve_loads_the_grid_kernels_and_nothing_heavy(tmp_path):
                              "--port", "8765")
     assert "assay.monitor.frnn._cells" in modules  # the warm-up ran before serving
     assert heavy_in(modules) == []
+
+
+def test_shapes_of_general_operators_do_not_import_torch_dynamo():
+    """The loader asks every operator its output shape; on meta tensors that ran torch's Python
+    decompositions, whose first use imports torch._dynamo: ~2 s of every process loading such a network."""
+    code = ("import sys, torch\n"
+            "from assay.nn.ops import Affine, Binary, Sigmoid\n"
+            "Affine(torch.ones(3), torch.zeros(3)).output_shape((3,))\n"
+            "Binary('Mul').output_shape((3,), (3,))\n"
+            "Sigmoid().output_shape((2, 3))\n"
+            "print('torch._dynamo' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

@@ -37,8 +37,11 @@ class Operator:
         raise NotImplementedError
 
     def output_shape(self, *input_shapes: tuple[int, ...]) -> tuple[int, ...]:
-        """The shape of one output sample, found by running :meth:`forward` on meta tensors."""
-        probes = [torch.empty((1, *shape), dtype=torch.float64, device="meta") for shape in input_shapes]
+        """The shape of one output sample, found by running :meth:`forward` on one sample of zeros.
+
+        (Not on meta tensors: their arithmetic runs torch's Python decompositions, whose first use
+        imports torch._dynamo — about 2 s of every process that loads such a network.)"""
+        probes = [torch.zeros((1, *shape), dtype=torch.float64) for shape in input_shapes]
         try:
             out = self.forward(*probes)
         except (RuntimeError, ValueError, IndexError, TypeError) as exc:
