@@ -89,7 +89,9 @@ def compute_bounds(
             a domain whose splits contradict its bounds is empty and gets lower = +inf,
             upper = −inf. Every method honours splits; ``"beta"`` also optimises multipliers.
         intermediate: pre-activation bounds from an earlier call on a superset of each domain
-            (e.g. the parent in branch and bound). They are intersected with this call's bounds.
+            (e.g. the parent in branch and bound), and, where given, bounds of the tensors general
+            operators read (``operator_lower``/``operator_upper``: a general split's child narrows
+            them). They are intersected with this call's bounds.
         refine_intermediate: with ``intermediate``: True (default) recomputes CROWN bounds for
             the neurons that are still unstable (cheap when few are); False uses them as they
             are (the fastest choice when only the split constraints changed).

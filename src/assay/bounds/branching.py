@@ -96,17 +96,11 @@ def split_candidates(network: Network, lower: torch.Tensor, upper: torch.Tensor,
         def observe(position, A):
             stage = plan.stages[position]
             weight = A.abs().sum(1).reshape(batch, -1)  # Σ_rows |Λ| per output element
-            relax = getattr(stage, "rule", None) and getattr(stage.rule, "relax", None)
-            if stage.sources[0] in scores and (relax is not None or getattr(stage, "rule", None) is None):
+            lines = _relaxation_lines(stage, *bounds[stage.sources[0]])
+            if lines is not None:  # one input, lines of its own: weight × the lines' widest gap
                 source = stage.sources[0]
-                low, high = bounds[source]
-                if relax is None:  # a ReLU: CROWN's triangle
-                    r = relax_relu(low, high)
-                    lines = r.lower_slope, torch.zeros_like(low), r.upper_slope, r.upper_intercept
-                else:
-                    r = relax(stage.layer, low, high)
-                    lines = r.lower_slope, r.lower_intercept, r.upper_slope, r.upper_intercept
-                scores[source] += weight * _widest_gap(low, high, *lines).reshape(batch, -1)
+                if source in scores:
+                    scores[source] += weight * _widest_gap(*bounds[source], *lines).reshape(batch, -1)
                 return
             mass = weight.sum(1, keepdim=True)  # an operator of several inputs: width × mean weight
             for source in stage.sources:
@@ -122,6 +116,21 @@ def split_candidates(network: Network, lower: torch.Tensor, upper: torch.Tensor,
         ordered, tuple(scores[t].nan_to_num(nan=0.0, posinf=0.0) for t in ordered),
         tuple(bounds[t][0].reshape(batch, -1) for t in ordered), tuple(bounds[t][1].reshape(batch, -1) for t in ordered),
     )
+
+
+def _relaxation_lines(stage, low, high):
+    """(lower slope, lower intercept, upper slope, upper intercept) of a ReLU stage (CROWN's
+    triangle) or an element-wise operator's rule over ``[low, high]``; None for an operator of
+    several inputs (no lines per input)."""
+    rule = getattr(stage, "rule", None)
+    if rule is None:  # a ReLU stage
+        r = relax_relu(low, high)
+        return r.lower_slope, torch.zeros_like(low), r.upper_slope, r.upper_intercept
+    relax = getattr(rule, "relax", None)  # element-wise rules relax; multi-input rules cross whole
+    if relax is None:
+        return None
+    r = relax(stage.layer, low, high)
+    return r.lower_slope, r.lower_intercept, r.upper_slope, r.upper_intercept
 
 
 def _widest_gap(low, high, lower_slope, lower_intercept, upper_slope, upper_intercept) -> torch.Tensor:
