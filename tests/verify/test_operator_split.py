@@ -152,3 +152,14 @@ def test_given_operator_bounds_after_fixed_layers_are_not_trusted():
     x = lower + (upper - lower) * torch.rand(2000, 6, dtype=torch.float64, generator=generator)
     y = network.forward(x).reshape(-1)
     assert float(result.lower[0, 0]) <= float(y.min()) and float(result.upper[0, 0]) >= float(y.max())
+
+
+def test_verify_refuses_a_bound_method_without_linear_bounds_in_one_line():
+    """The searches shrink boxes and score splits by linear bounds: IBP has none, and was once
+    accepted only to fail deep inside the first bound call."""
+    from assay.errors import OptionError
+
+    network = mixed_network(1)
+    lower, upper = box()
+    with pytest.raises(OptionError, match="`method` option of verify must be one of 'crown', 'alpha'"):
+        verify(network, Box(lower, upper), unsafe=at_least(10.0), method="ibp")

@@ -47,7 +47,7 @@ def verify(
     timeout: float = typer.Option(None, "--timeout", "-t", help=f"Seconds before giving up (status timeout), counted "
                                   f"from the start of the command, loading included (as VNN-COMP counts them); default "
                                   f"{DEFAULT_TIMEOUT:g}. With --instances: for rows without a timeout."),
-    method: str = typer.Option("alpha", "--method", "-m", help="Bound method of input splitting: alpha (CROWN, then α-CROWN on boxes left open), crown or ibp."),
+    method: str = typer.Option("alpha", "--method", "-m", help="Bound method of input splitting: alpha (CROWN, then α-CROWN on boxes left open), or crown."),
     strategy: str = typer.Option("auto", "--strategy", help="Branching: input (split the input box), relu (split "
                                  "ReLUs, β-CROWN), operator (split the input of any non-linear operator) or auto "
                                  "(input when at most 16 inputs vary, else relu, or operator on networks with other "

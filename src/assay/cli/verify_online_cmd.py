@@ -52,7 +52,7 @@ def verify_online(
     timeout: float = typer.Option(None, "--timeout", "-t", help=f"Seconds per step before giving up on it (status "
                                   f"timeout); default {DEFAULT_TIMEOUT:g}."),
     method: str = typer.Option("alpha", "--method", "-m", help="Bound method of the leaves: alpha (CROWN, then "
-                               "α-CROWN on leaves left open), crown or ibp."),
+                               "α-CROWN on leaves left open), or crown."),
     json_output: bool = typer.Option(False, "--json", help="Print every step and a summary as one JSON document."),
     out: Path = typer.Option(None, "--out", "-o", help="Write one JSON line per step here as it finishes."),
 ) -> None:

@@ -21,7 +21,8 @@ INPUT_SPLIT_MAX_INPUTS = 16
 
 # Bound methods that input splitting can use: the registered ones that need no ReLU splits
 # (ReLU splitting always uses β-CROWN).
-INPUT_SPLIT_METHODS = tuple(name for name, method in METHODS.items() if not method.for_splits)
+# Input splitting shrinks boxes and scores splits by the rows' linear bounds: methods that give them.
+INPUT_SPLIT_METHODS = tuple(name for name, method in METHODS.items() if not method.for_splits and method.linear)
 # The branching strategies of verify (see VerifyOptions.strategy).
 STRATEGIES = ("auto", "input", "relu", "operator")
 
@@ -35,8 +36,8 @@ class VerifyOptions:
             counterexample search, branching, leaf LPs) stops at the deadline, so the call
             returns soon after it (one bound pass or LP at most).
         method: bound method of input splitting: ``"alpha"`` (CROWN, then α-CROWN on the output
-            rows of the boxes CROWN leaves open), ``"crown"`` or ``"ibp"``. ReLU splitting
-            always uses β-CROWN.
+            rows of the boxes CROWN leaves open) or ``"crown"`` (input splitting needs the rows'
+            linear bounds, which IBP does not give). ReLU splitting always uses β-CROWN.
         dtype: working dtype of the bounds (``"float64"``: verdicts should use it).
         batch_size: the most branches bounded per round (ReLU splitting: at most 256).
         attack_restarts: PGD restarts of the counterexample search before branching (0: none).
