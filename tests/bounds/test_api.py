@@ -155,3 +155,33 @@ def test_a_passed_deadline_stops_crowns_intermediate_bounds_and_stays_sound():
     x = box[0] + 2 * torch.as_tensor(rng.uniform(size=(4000, 3)))
     y = network.forward(x)
     assert (y >= late.lower).all() and (y <= late.upper).all()
+
+
+def test_under_a_deadline_intermediate_bounds_come_in_chunks_sized_by_their_time(monkeypatch):
+    """One chunk of a wide convolutional layer's neurons once took minutes and a 150 s timeout ran
+    past 250 s: under a deadline the first chunk is small, the next ones are sized by the time the
+    last took, and once the deadline passes no chunk starts (the rest keep their bounds)."""
+    from assay.bounds import api
+
+    clock = [0.0]
+    monkeypatch.setattr(api.time, "monotonic", lambda: clock[0])
+    lower, upper = -torch.ones(1, 100, dtype=torch.float64), torch.ones(1, 100, dtype=torch.float64)
+    sizes = []
+
+    def bound_rows(neurons, C, d):  # each neuron costs 0.05 s of the fake clock; bounds ±0.5
+        m = neurons.shape[1]
+        sizes.append(m)
+        clock[0] += 0.05 * m
+        return torch.full((1, 2 * m), -0.5, dtype=torch.float64)
+
+    new_lower, new_upper = api._bound_unstable_neurons((lower, upper), 64, bound_rows, deadline=3.0, first_chunk=4)
+    assert sizes[0] == 4 and sizes[1] == int(api._TIMED_CHUNK_SECONDS / 0.05)  # 20 neurons fit a second
+    assert clock[0] <= 3.0 + api._TIMED_CHUNK_SECONDS + 1e-9  # overshot by one chunk at most
+    reached = sum(sizes)
+    assert reached < 100
+    assert (new_lower[0, :reached] == -0.5).all() and (new_upper[0, :reached] == 0.5).all()
+    assert (new_lower[0, reached:] == -1).all() and (new_upper[0, reached:] == 1).all()  # not reached: kept
+
+    sizes.clear()
+    api._bound_unstable_neurons((lower, upper), 64, bound_rows, first_chunk=4)
+    assert sizes == [64, 36]  # without a deadline: the memory cap's chunks, as before

@@ -24,6 +24,12 @@ from assay.nn.network import Network, resolve_dtype
 _ROW_CHUNK_ELEMENTS = 1 << 24
 # Rows × elements of the widest tensor a backward pass crosses (2 GiB of float64 coefficients).
 _WALK_ELEMENTS = 1 << 28
+# Under a deadline, CROWN's intermediate bounds are computed in chunks of neurons sized to take
+# about _TIMED_CHUNK_SECONDS, so that the deadline is overshot by about one chunk's time; the
+# first chunk's walk crosses at most _TIMED_FIRST_ELEMENTS (rows × widest tensor), far below
+# the memory cap, and the later ones are sized by the time it took.
+_TIMED_CHUNK_SECONDS = 1.0
+_TIMED_FIRST_ELEMENTS = 1 << 22
 # Slope elements (rows × earlier ReLU neurons) optimised in one intermediate α-CROWN call.
 _ALPHA_CHUNK_ELEMENTS = 1 << 23
 # Intermediate α-CROWN skips a layer with more unstable neurons than this in one domain: its
@@ -448,7 +454,8 @@ def _crown_layer_bounds_padded(plan: Plan, position: int, bounds, deltas, center
         back = backsubstitute(plan, position, C, d, bounds, deltas, relax=relax, scales=scales, cut=cut)
         return concretize(plan, back, center, radius)[0]
 
-    return _bound_unstable_neurons(bounds[position], chunk, bound_rows, only, mask, deadline)
+    first_chunk = max(1, _TIMED_FIRST_ELEMENTS // (2 * lower.shape[0] * widest))
+    return _bound_unstable_neurons(bounds[position], chunk, bound_rows, only, mask, deadline, first_chunk)
 
 
 def _alpha_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radius, relax, options, deadline,
@@ -490,14 +497,17 @@ def _no_linear(back: Backward, margin: torch.Tensor) -> None:
     return None
 
 
-def _bound_unstable_neurons(layer_bounds, chunk: int, bound_rows, only=None, mask=None, deadline=None):
+def _bound_unstable_neurons(layer_bounds, chunk: int, bound_rows, only=None, mask=None, deadline=None,
+                            first_chunk: int | None = None):
     """Tighten one layer's unstable neurons: ``bound_rows(neurons, C, d)`` returns sound lower
     bounds (B, 2m) of the rows ``C`` = (+unit on each neuron, then −unit), (B, 2m, *shape).
 
     Each domain bounds its own unstable neurons (restricted to ``only``, a bool mask of the
     layer's shape per domain, if given), padded to the largest count among the domains; at most
     ``chunk`` neurons per call. ``mask`` (a bool tensor of the bounds' shape) replaces "unstable"
-    by any choice of elements. Returns the new (lower, upper), never looser than the old.
+    by any choice of elements. Under a ``deadline`` the first call bounds at most ``first_chunk``
+    neurons and later calls as many as take about :data:`_TIMED_CHUNK_SECONDS` by the time
+    measured. Returns the new (lower, upper), never looser than the old.
     """
     lower, upper = layer_bounds
     batch = lower.shape[0]
@@ -511,10 +521,17 @@ def _bound_unstable_neurons(layer_bounds, chunk: int, bound_rows, only=None, mas
     # The unstable neurons of each domain first (stable sort keeps index order), then padding.
     order = torch.sort(unstable.to(torch.int8), dim=1, descending=True, stable=True).indices
     size = flat_lower.shape[1]
-    for start in range(0, width, chunk):
+    # Under a deadline the chunks start small and grow to what fits _TIMED_CHUNK_SECONDS: one
+    # chunk of a wide convolutional layer can take minutes, and the deadline is only read
+    # between chunks (a 150 s timeout once ran past 250 s inside one).
+    step = chunk if deadline is None else min(chunk, first_chunk or chunk)
+    start = 0
+    while start < width:
         if deadline is not None and time.monotonic() > deadline:
             break  # the neurons not reached keep their bounds (sound)
-        neurons = order[:, start:min(start + chunk, width)]  # (B, m): only as many as the most unstable domain has
+        began = time.monotonic()
+        neurons = order[:, start:min(start + step, width)]  # (B, m): only as many as the most unstable domain has
+        start += neurons.shape[1]
         valid = torch.gather(unstable, 1, neurons)
         m = neurons.shape[1]
         rows = torch.zeros(batch, 2 * m, size, dtype=lower.dtype)
@@ -527,6 +544,9 @@ def _bound_unstable_neurons(layer_bounds, chunk: int, bound_rows, only=None, mas
         new_upper = torch.minimum(torch.gather(flat_upper, 1, neurons), -value[:, m:])
         flat_lower.scatter_(1, neurons, torch.where(valid, new_lower, torch.gather(flat_lower, 1, neurons)))
         flat_upper.scatter_(1, neurons, torch.where(valid, new_upper, torch.gather(flat_upper, 1, neurons)))
+        if deadline is not None:
+            per_neuron = max(time.monotonic() - began, 1e-6) / m
+            step = max(1, min(chunk, int(_TIMED_CHUNK_SECONDS / per_neuron)))
     return flat_lower.reshape(lower.shape), flat_upper.reshape(upper.shape)
 
 
