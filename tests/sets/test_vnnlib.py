@@ -137,6 +137,17 @@ def test_input_bounds_inside_disjunctions_read_as_the_general_path_reads_them(tm
                           "undeclared.vnnlib"))
 
 
+def test_input_bounds_read_early_keep_their_text_and_place_in_messages(tmp_path):
+    """The nested bounds read before the tree is built still show as written, where written,
+    in errors; a bound alone in an ``or`` (not in an ``and``) reads as one case."""
+    with pytest.raises(SpecError, match=r"stray.vnnlib:7:1: '\(<= X_0 1.5\)' stands outside any command"):
+        read_vnnlib(write(tmp_path, BOUNDS + "(<= X_0 1.5)\n(assert (>= Y_0 0))\n", "stray.vnnlib"))
+    box = "(assert (>= X_0 0)) (assert (<= X_0 1)) (assert (>= X_1 0)) (assert (<= X_1 3))\n"
+    lone = read_vnnlib(write(tmp_path, box + "(assert (or (<= X_0 0.5) (>= X_1 2)))\n(assert (>= Y_0 0))\n", "lone.vnnlib"))
+    assert [q.input_set.lower.tolist() for q in lone.queries] == [[0.0, 0.0], [0.0, 2.0]]
+    assert [q.input_set.upper.tolist() for q in lone.queries] == [[0.5, 3.0], [1.0, 3.0]]
+
+
 def test_input_and_output_disjunctions_in_separate_asserts_combine(tmp_path):
     body = """
 (assert (or (and (>= X_0 0) (<= X_0 1)) (and (>= X_0 2) (<= X_0 3))))

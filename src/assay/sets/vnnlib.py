@@ -56,9 +56,12 @@ _ATOM = r"([^\s();]+)"
 _SIMPLE_DECLARATION = re.compile(r"\(\s*declare-const\s+" + _ATOM + r"\s+" + _ATOM + r"\s*\)")
 _SIMPLE_ASSERT = re.compile(r"\(\s*assert\s*\(\s*(<=|>=|<|>)\s+" + _ATOM + r"\s+" + _ATOM + r"\s*\)\s*\)")
 _COMMENT = re.compile(r";[^\n]*")
+# An input bound (op X_i number) anywhere inside a formula: the bulk of large disjunctive files
+# (nn4sys' cardinality properties hold 463,500 of them in (or (and ...))).
+_NESTED_INPUT_BOUND = re.compile(r"\(\s*(<=|>=|<|>)\s+(X_\d+)\s+" + _ATOM + r"\s*\)")
+_PLACED = "#"  # what scan leaves in the text where it read such a bound (see _Reader.placed)
 _IGNORED_COMMANDS = frozenset({"check-sat", "get-model", "set-logic", "set-info", "set-option", "exit"})
 _COMPARISONS = frozenset({"<=", ">=", "<", ">", "="})
-_INPUT_BOUND_OPS = frozenset({"<=", ">=", "<", ">"})  # what Parser.input_bound reads ("=" bounds both sides)
 # Distributing AND over OR multiplies the number of cases; beyond this the property is unreasonable.
 _MAX_CASES = 100_000
 
@@ -126,6 +129,8 @@ class _Reader:
         self.path = path
         self.variables: dict[str, tuple[str, int]] = {}
         self.declared_at: dict[str, int] = {}
+        # offset of '(' → (atom, end) of the nested input bounds scan read directly
+        self.placed: dict[int, tuple[tuple, int]] = {}
 
     # ------------------------------------------------------------ errors
     def where(self, offset: int | None) -> str:
@@ -151,7 +156,18 @@ class _Reader:
         text = _SIMPLE_DECLARATION.sub(_blank, text)
         simple = [(m.group(1), m.start(1), m.group(2), m.start(2), m.group(3), m.start(3)) for m in _SIMPLE_ASSERT.finditer(text)]
         text = _SIMPLE_ASSERT.sub(_blank, text)
+        if "X_" in text:
+            text = _NESTED_INPUT_BOUND.sub(self._place_input_bound, text)
         return simple, self.parse_tree(text)
+
+    def _place_input_bound(self, match: re.Match) -> str:
+        """Read a nested ``(op X_i number)`` now and leave one token in its place (same length, so
+        offsets still point into the file): the tree then has one atom where it had five tokens."""
+        bound = self.input_bound(match.group(1), match.group(2), match.group(3))
+        if bound is None:
+            return match.group()  # not an input bound after all (undeclared X, odd number): the general path
+        self.placed[match.start()] = (bound, match.end())
+        return _PLACED + " " * (match.end() - match.start() - 1)
 
     def parse_tree(self, text: str) -> list[list]:
         """The commands as nested lists: a node is ``[offset of '(', child, ...]``, an atom ``(text, offset)``."""
@@ -170,6 +186,8 @@ class _Reader:
                     raise self.error(match.start(), "unbalanced ')': remove it or add the matching '('")
                 current = stack.pop()
             elif piece[0] != ";":
+                if piece == _PLACED and match.start() in self.placed:  # shown as written in messages
+                    piece = self.text[match.start():self.placed[match.start()][1]]
                 if not stack:
                     raise self.error(match.start(), f"'{piece}' stands outside any command; wrap it in (assert ...) or remove it")
                 current.append((piece, match.start()))
@@ -256,20 +274,22 @@ class _Reader:
     def formula(self, node) -> list[list]:
         """A formula in disjunctive normal form (see the atom comment above)."""
         if isinstance(node, tuple):
+            placed = self.placed.get(node[1])
+            if placed is not None:
+                return [[placed[0]]]
             raise self.error(node[1], f"expected a formula such as (<= X_0 1.0), found '{node[0]}'")
         name, offset = self.head(node, "and, or, <=, >=")
         args = node[2:]
-        if name in _INPUT_BOUND_OPS and len(args) == 2 and isinstance(args[0], tuple) and isinstance(args[1], tuple):
-            # (<= X_i number) inside (or (and ...)): the bulk of large disjunctive files (nn4sys'
-            # cardinality properties: 463,500 of them), read directly as the general path reads it
-            atom = self.input_bound(name, args[0][0], args[1][0])
-            if atom is not None:
-                return [[atom]]
         if name in _COMPARISONS:
             return self.comparison(name, offset, args)
         if name == "and" or name == "or":
             if not args:
                 raise self.error(offset, f"({name}) needs at least one formula")
+            if name == "and":  # the input bounds scan read, in one step (bounds of a box commute)
+                placed = [self.placed[a[1]][0] for a in args if isinstance(a, tuple) and a[1] in self.placed]
+                if placed:
+                    rest = [a for a in args if not (isinstance(a, tuple) and a[1] in self.placed)]
+                    return self.conjunction([[placed]] + [self.formula(a) for a in rest], offset)
             parts = [self.formula(a) for a in args]
             return self.disjunction(parts) if name == "or" else self.conjunction(parts, offset)
         raise self.error(offset, f"unknown operator '{name}' in a formula (supported: and, or, <=, >=, <, >, =)")
