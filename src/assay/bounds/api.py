@@ -29,7 +29,7 @@ _WALK_ELEMENTS = 1 << 28
 # first chunk's walk crosses at most _TIMED_FIRST_ELEMENTS (rows × widest tensor), far below
 # the memory cap, and the later ones are sized by the time it took.
 _TIMED_CHUNK_SECONDS = 1.0
-_TIMED_FIRST_ELEMENTS = 1 << 22
+_TIMED_FIRST_ELEMENTS = 1 << 24
 # Slope elements (rows × earlier ReLU neurons) optimised in one intermediate α-CROWN call.
 _ALPHA_CHUNK_ELEMENTS = 1 << 23
 # Intermediate α-CROWN skips a layer with more unstable neurons than this in one domain: its
