@@ -104,26 +104,43 @@ def _build_form(network: Network) -> OneLayerForm | None:
 
 def _layer_matrix(layer, in_shape) -> tuple[sp.csr_matrix, np.ndarray] | None:
     """An affine layer as (sparse matrix over flat tensors, bias), exactly: every entry is one
-    weight (a convolution's columns are its response to unit inputs). None for a reshape."""
+    weight (zero weights are left out). None for a reshape."""
     if isinstance(layer, (Flatten, Reshape)):
         return None
     if isinstance(layer, Linear):
         return sp.csr_matrix(layer.weight.numpy()), layer.bias.numpy().copy()
     conv = layer if isinstance(layer, Conv2d) else layer.as_conv(in_shape[0])
-    size = int(np.prod(in_shape))
-    columns = []
-    chunk = max(1, (1 << 22) // max(1, size))
-    with torch.no_grad():
-        for start in range(0, size, chunk):
-            stop = min(size, start + chunk)
-            unit = torch.zeros(stop - start, size, dtype=torch.float64)
-            unit[torch.arange(stop - start), torch.arange(start, stop)] = 1.0
-            out = conv.apply(unit.reshape(-1, *in_shape), conv.weight, None).reshape(stop - start, -1)
-            columns.append(sp.csr_matrix(out.numpy()))
-    matrix = sp.vstack(columns).T.tocsr()
     out_shape = conv.output_shape(tuple(in_shape))
     bias = np.repeat(conv.bias.numpy(), int(np.prod(out_shape[1:])))
-    return matrix, bias
+    return conv_matrix(conv, tuple(in_shape)), bias
+
+
+def conv_matrix(conv: Conv2d, in_shape: tuple[int, int, int]) -> sp.csr_matrix:
+    """The convolution's linear part as a sparse (outputs, inputs) matrix over flat (C, H, W)
+    tensors, built from its weights' indices: the entry of output (o, r, c) and input (i, h, w)
+    is the weight that the sliding window puts on that input (each pair meets at most one weight)."""
+    weight = conv.weight.numpy()
+    c_out, c_group, kh, kw = weight.shape
+    channels, height, width = in_shape
+    _, out_h, out_w = conv.output_shape(in_shape)
+    per_group = c_out // conv.groups
+    # Axes: output channel, input channel within its group, kernel row, kernel column, output row, output column.
+    o = np.arange(c_out).reshape(-1, 1, 1, 1, 1, 1)
+    i = (o // per_group) * c_group + np.arange(c_group).reshape(1, -1, 1, 1, 1, 1)
+    h = (np.arange(out_h).reshape(1, 1, 1, 1, -1, 1) * conv.stride[0] - conv.padding[0]
+         + np.arange(kh).reshape(1, 1, -1, 1, 1, 1) * conv.dilation[0])
+    w = (np.arange(out_w).reshape(1, 1, 1, 1, 1, -1) * conv.stride[1] - conv.padding[1]
+         + np.arange(kw).reshape(1, 1, 1, -1, 1, 1) * conv.dilation[1])
+    shape = (c_out, c_group, kh, kw, out_h, out_w)
+    rows = np.broadcast_to((o * out_h + np.arange(out_h).reshape(1, 1, 1, 1, -1, 1)) * out_w
+                           + np.arange(out_w).reshape(1, 1, 1, 1, 1, -1), shape)
+    h, w = np.broadcast_to(h, shape), np.broadcast_to(w, shape)
+    values = np.broadcast_to(weight.reshape(c_out, c_group, kh, kw, 1, 1), shape)
+    keep = (h >= 0) & (h < height) & (w >= 0) & (w < width) & (values != 0)
+    columns = (np.broadcast_to(i, shape) * height + h) * width + w
+    matrix = sp.csr_matrix((values[keep], (rows[keep], columns[keep])), shape=(c_out * out_h * out_w, channels * height * width))
+    matrix.sort_indices()
+    return matrix
 
 
 def open_rows_lp_bounds(network: Network, query, root, deadline: float | None = None) -> torch.Tensor | None:
