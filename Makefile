@@ -26,11 +26,13 @@ demo: $(VENV)/.installed
 	$(BIN)/assay warmup
 	$(BIN)/assay demo
 
+# pytest: two workers stealing work from each other (no idle worker at the end), and the 25 slowest
+# tests listed so that CI's log shows where the suite's time goes.
 test: $(VENV)/.installed-test
 	bash tests/system_setup.sh
 	$(BIN)/assay warmup
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m pytest -q -n 2
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=25
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info
