@@ -32,6 +32,7 @@ def _unary(op, **attrs):
 CASES = {  # name → builder of the graph on x of shape (N, 3, 4) (inputs in [0.5, 2]: Log, Sqrt are defined)
     **{op: _unary(op) for op in ("Sigmoid", "Tanh", "Exp", "Log", "Reciprocal", "Sqrt", "Sin", "Cos", "Abs", "Neg")},
     "Sign": lambda g: g.node("Sign", [g.node("Sub", ["x", g.const(1.0)])]),
+    "Floor": lambda g: g.node("Floor", [g.node("Mul", ["x", g.const(3.0)])]),
     "LeakyRelu": lambda g: g.node("LeakyRelu", [g.node("Sub", ["x", g.const(1.2)])], alpha=0.2),
     "Clip": lambda g: g.node("Clip", ["x", g.const(0.8), g.const(1.5)]),
     "Pow": lambda g: g.node("Pow", ["x", g.const(3.0)]),
@@ -178,6 +179,7 @@ NETWORKS_2024 = [
     "cgan_2023/onnx/cGAN_imgSz32_nCh_3_upsample.onnx.gz", "cgan_2023/onnx/cGAN_imgSz32_nCh_1_transposedConvPadding_1.onnx.gz",
     "linearizenn/onnx/AllInOne_10_10.onnx.gz", "lsnc/onnx/quadrotor2d_output.onnx.gz",
     "ml4acopf_2024/onnx/14_ieee_ml4acopf.onnx.gz", "ml4acopf_2024/onnx/14_ieee_ml4acopf-linear-nonresidual.onnx.gz",
+    "ml4acopf_2024/onnx/14_ieee_ml4acopf-linear-residual.onnx.gz",  # Floor: the angle wrap of its sin/cos
     "nn4sys_2023/onnx/mscn_128d.onnx.gz", "nn4sys_2023/onnx/pensieve_small_parallel.onnx.gz",
     "safenlp/onnx/medical/perturbations_0.onnx.gz", "tllverifybench_2023/onnx/tllBench_n=2_N=M=8_m=1_instance_0_0.onnx.gz",
     "traffic_signs_recognition_2023/onnx/3_30_30_QConv_16_3_QConv_32_2_Dense_43_ep_30.onnx.gz",
@@ -217,5 +219,5 @@ def test_every_operator_is_documented_and_registered_by_its_onnx_name():
         assert inspect.getdoc(cls), name
         assert name == "Operator" or issubclass(cls, ops.Operator), name
     for op_type in ("Sigmoid", "Softmax", "Slice", "Split", "Gather", "Concat", "Transpose", "ReduceSum", "ReduceMean",
-                    "Resize", "Upsample", "ConvTranspose", "Min", "Max", "Clip", "Pow", "LeakyRelu", "Sign", "Sin"):
+                    "Resize", "Upsample", "ConvTranspose", "Min", "Max", "Clip", "Pow", "LeakyRelu", "Sign", "Sin", "Floor"):
         assert op_type in BUILDERS, op_type

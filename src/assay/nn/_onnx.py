@@ -453,8 +453,9 @@ class _Converter:
             self.emit(Reciprocal(), [self.current], node.output[0], where)
             kind = "Mul"
         ones, zeros = np.ones_like(c), np.zeros_like(c)
-        scale, shift = {"Add": (ones, c), "Mul": (c, zeros), "Div": (1.0 / c, zeros),
-                        "Sub": (ones, -c) if position == 0 else (-ones, c)}[kind]
+        with np.errstate(divide="ignore"):  # 1/c is only used for Div (a zero there is refused below)
+            scale, shift = {"Add": (ones, c), "Mul": (c, zeros), "Div": (1.0 / c, zeros),
+                            "Sub": (ones, -c) if position == 0 else (-ones, c)}[kind]
         if not np.all(np.isfinite(scale)):
             raise ModelLoadError(f"{where}: division by a constant that contains zeros")
         self.emit(Affine(scale, shift), [self.current], node.output[0], where)

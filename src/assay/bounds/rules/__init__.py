@@ -15,6 +15,7 @@ module              operators
 ``convex``          Exp, Log, Reciprocal, Sqrt, Pow (constant exponent)
 ``trigonometric``   Sin, Cos
 ``piecewise``       Abs, Sign, LeakyRelu, Clip
+``steps``           Floor
 ``bilinear``        Mul/Div of two tensors, MatMul of two tensors
 ``minmax``          Min, Max
 ``softmax``         Softmax
@@ -30,7 +31,8 @@ __all__ = ["register", "rule_for", "registered_layers"]
 
 # layer class -> [(predicate or None, rule)], first match wins
 _REGISTRY: dict[type, list[tuple[Callable | None, object]]] = {}
-_MODULES = ("linear", "s_shaped", "convex", "trigonometric", "piecewise", "bilinear", "minmax", "softmax")
+_MODULES = ("linear", "s_shaped", "convex", "trigonometric", "piecewise", "steps", "bilinear", "minmax",
+            "softmax")
 _loaded = False
 
 

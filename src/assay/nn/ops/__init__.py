@@ -3,8 +3,8 @@
 ==================  ====================================================================
 module              operators
 ==================  ====================================================================
-``activation``      Sigmoid, Tanh, Exp, Log, Reciprocal, Sqrt, Sin, Cos, Abs, Sign, Neg,
-                    Pow (constant exponent), LeakyRelu, Clip
+``activation``      Sigmoid, Tanh, Exp, Log, Reciprocal, Sqrt, Sin, Cos, Abs, Sign, Floor,
+                    Neg, Pow (constant exponent), LeakyRelu, Clip
 ``arith``           Binary (Add/Sub/Mul/Div of two tensors), MinMax, MatMul (two tensors),
                     ConstMatMul, Affine (element-wise constants)
 ``shape``           Slice, Gather, Concat, Transpose, Pad, Resize (nearest)
@@ -23,6 +23,7 @@ from assay.nn.ops.activation import (
     Clip,
     Cos,
     Exp,
+    Floor,
     LeakyRelu,
     Log,
     Neg,
@@ -42,7 +43,7 @@ from assay.nn.ops.shape import Concat, Gather, Pad, Resize, Slice, Transpose
 from assay.nn.ops.softmax import Softmax
 
 __all__ = [
-    "Operator", "Sigmoid", "Tanh", "Exp", "Log", "Reciprocal", "Sqrt", "Sin", "Cos", "Abs", "Sign", "Neg", "Pow",
-    "LeakyRelu", "Clip", "Binary", "MinMax", "MatMul", "ConstMatMul", "Affine", "Slice", "Gather", "Concat",
+    "Operator", "Sigmoid", "Tanh", "Exp", "Log", "Reciprocal", "Sqrt", "Sin", "Cos", "Abs", "Sign", "Floor", "Neg",
+    "Pow", "LeakyRelu", "Clip", "Binary", "MinMax", "MatMul", "ConstMatMul", "Affine", "Slice", "Gather", "Concat",
     "Transpose", "Pad", "Resize", "Reduce", "Softmax", "Conv",
 ]
