@@ -1,4 +1,5 @@
-"""Bound rule of the step function ``Floor``.
+"""Bound rules of the step functions ``Floor`` and ``Cast`` (rounding to a narrower float,
+truncating to an integer, testing ``≠ 0`` for a bool).
 
 ``floor`` is constant on each cell ``[k, k + 1)`` and jumps by 1 at every integer, so
 
@@ -15,6 +16,14 @@
 **Floating point.** Computed in float64 (float32 inputs convert exactly); every candidate value
 is charged 8 ulps of its terms and the result is rounded outwards to the output dtype. An end at
 ±inf keeps the slope 1 (the lines ``z − 1`` and ``z`` hold on the whole line).
+
+``Cast`` (:class:`CastRule`) is non-decreasing for every target but bool, so its interval is
+``[cast(l), cast(u)]``; ``≠ 0`` is 0 only at 0. Its lines: the identity for a float at least as
+wide as the input's dtype (exact); for a narrower float, slope 1 with intercepts
+``±(ε_t/2·max(|l|, |u|) + the target's smallest subnormal)`` (round to nearest moves a value by
+at most half an ulp of the target, ``ε_t/2`` relative, or half a subnormal), widened by 1 % for
+the intercept's own arithmetic; for integers and bools, the interval as constant lines (exact
+where the interval lies in one integer cell or away from 0).
 """
 
 from __future__ import annotations
@@ -28,8 +37,9 @@ from assay.bounds.rules import register
 from assay.bounds.rules.alphas import split_alpha
 from assay.bounds.rules.base import ElementwiseRule, Relaxation, ulp_margin
 from assay.nn.ops.activation import Floor
+from assay.nn.ops.decision import CAST_FLOATS, Cast
 
-__all__ = ["FloorRule"]
+__all__ = ["FloorRule", "CastRule"]
 
 _WORK = torch.float64
 
@@ -91,3 +101,32 @@ class FloorRule(ElementwiseRule):
         lower_icpt, upper_icpt = cast_outward(torch.where(one_cell, cell, bottom), torch.where(one_cell, cell, top), dtype)
         return Relaxation(lower_slope=lower_slope.to(dtype), lower_intercept=lower_icpt,
                           upper_slope=upper_slope.to(dtype), upper_intercept=upper_icpt)
+
+
+@register(Cast)
+class CastRule(ElementwiseRule):
+    """``Cast`` to a float (rounding), an integer (truncation) or a bool (``≠ 0``)."""
+
+    def interval(self, layer, lower, upper):
+        if layer.kind != "bool":
+            return layer.forward(lower), layer.forward(upper)
+        zero_inside = (lower <= 0) & (0 <= upper)
+        at_zero = (lower == 0) & (upper == 0)
+        return torch.where(zero_inside, 0.0, 1.0).to(lower.dtype), torch.where(at_zero, 0.0, 1.0).to(lower.dtype)
+
+    def relax(self, layer, lower, upper, alpha=None):
+        dtype = lower.dtype
+        zero, one = torch.zeros_like(lower), torch.ones_like(lower)
+        if layer.kind == "float" and torch.finfo(CAST_FLOATS[layer.to]).bits >= torch.finfo(dtype).bits:
+            return Relaxation(one, zero, one, zero)  # no rounding: the identity
+        lo, hi = self.interval(layer, lower, upper)
+        if layer.kind == "float":
+            target = torch.finfo(CAST_FLOATS[layer.to])
+            l, u = lower.to(_WORK), upper.to(_WORK)
+            magnitude = torch.maximum(l.abs(), u.abs())
+            step = (target.eps / 2 * magnitude + target.smallest_normal * target.eps) * 1.01
+            fits = magnitude <= target.max  # beyond, a value may round to ±inf: the interval's lines
+            _, step = cast_outward(-step, step, dtype)
+            return Relaxation(torch.where(fits, one, zero), torch.where(fits, -step, lo),
+                              torch.where(fits, one, zero), torch.where(fits, step, hi))
+        return Relaxation(zero, lo, zero, hi)
