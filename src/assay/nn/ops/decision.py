@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from assay.errors import ModelLoadError
+from assay.errors import ModelLoadError, UnsupportedError
 from assay.nn.ops.arith import aligned
 from assay.nn.ops.base import Operator
 
@@ -144,7 +144,13 @@ class IndexTable(Operator):
             session = state["session"]
             shapes = {i.name: tuple(d if isinstance(d, int) else 1 for d in i.shape) for i in session.get_inputs()}
             feeds = {name: np.full(shapes[name], k, dtype=np.float32) for name, k in zip(self.keys, key)}
-            value = np.asarray(session.run([self.output], feeds)[0], dtype=np.float64).reshape(self.shape)
+            try:
+                value = np.asarray(session.run([self.output], feeds)[0], dtype=np.float64).reshape(self.shape)
+            except Exception as exc:  # onnxruntime raises many kinds of errors (an index out of range, ...)
+                raise UnsupportedError(
+                    f"the part of the network indexed by {list(self.keys)} cannot be computed at {list(key)} "
+                    f"({type(exc).__name__}: {str(exc)[:200]}); keep those inputs within the range the model "
+                    "accepts") from exc
             table[key] = value
             if len(table) > self.cache:
                 table.popitem(last=False)
