@@ -235,7 +235,7 @@ def _patch_and_decide(g) -> str:
     image = g.node("Reshape", [g.node("Slice", ["x", g.const([0], np.int64), g.const([16], np.int64)]),
                                g.const([1, 1, 4, 4], np.int64)])
     h = g.node("Mul", [image, g.node("Reshape", [mask, g.const([1, 1, 4, 4], np.int64)])])
-    h = g.node("MaxPool", [g.node("Relu", [h])], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    h = g.node("MaxPool", [g.node("Relu", [h])], kernel_shape=[3, 3], strides=[3, 3], pads=[1, 1, 1, 1])
     index = g.node("Cast", [g.node("ArgMax", [g.node("Reshape", [h, g.const([1, 4], np.int64)])], axis=1, keepdims=0)],
                    to=1)
     same = g.node("Equal", [index, g.node("Gather", ["x", g.const(17, np.int64)], axis=0)])

@@ -7,9 +7,10 @@ Each rule gives an exact interval of the outputs (no arithmetic: indices, 0/1 an
 are floats as they are), and its linear bounds are that interval as constant lines
 (:func:`constant_crossing`):
 
-* ``ArgMax`` — the candidates along the axis are the entries whose upper bound reaches the
-  largest lower bound (``≥``: a tie may pick either); the output lies between the smallest and
-  the largest candidate index (exact when one candidate is left).
+* ``ArgMax`` — entry ``i`` can be the (first) maximum only if its upper bound exceeds the lower
+  bound of every entry before it and reaches that of every entry after it (ties go to the first
+  index; to the last with ``select_last_index``); the output lies between the smallest and the
+  largest such index (exact when one is left: at a point, ties included).
 * ``Equal`` — 1 where both inputs are the same point, 0 where their intervals are disjoint,
   else ``[0, 1]``.
 * ``IndexTable`` — the elementwise hull of the table over every integer key tuple the keys'
@@ -70,8 +71,15 @@ class ArgMaxRule(_ConstantLines):
     def interval(self, layer, inputs):
         (lower, upper), = inputs
         axis = layer.axis + 1
-        reach = lower.amax(axis, keepdim=True)
-        candidate = upper >= reach
+        n = lower.shape[axis]
+        u = upper.movedim(axis, -1).unsqueeze(-1)  # (..., i, 1)
+        low = lower.movedim(axis, -1).unsqueeze(-2)  # (..., 1, j)
+        order = torch.arange(n, device=lower.device)
+        before = order.unsqueeze(1) > order.unsqueeze(0)  # j < i
+        if layer.last:
+            before = ~before & (order.unsqueeze(1) != order.unsqueeze(0))  # j > i wins ties instead
+        beats = torch.where(before, u > low, u >= low) | (order.unsqueeze(1) == order.unsqueeze(0))
+        candidate = beats.all(-1).movedim(-1, axis)
         shape = [1] * lower.dim()
         shape[axis] = lower.shape[axis]
         index = torch.arange(lower.shape[axis], device=lower.device, dtype=lower.dtype).reshape(shape)
