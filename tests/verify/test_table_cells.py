@@ -62,3 +62,25 @@ def test_left_to_the_search_where_another_input_varies_or_a_key_is_read_elsewher
     g = GraphMaker(np.random.default_rng(0))
     out = g.node("Add", [_patch_and_decide(g), g.node("Gather", ["x", g.const(16, np.int64)], axis=0)])
     assert table_keys(load(g.model([18], out, output_rank=1))) is None
+
+
+def test_holds_rests_on_the_bounds_of_every_point(monkeypatch):
+    """With bounds that exclude nothing, a query every row satisfies is not decided here."""
+    import assay.verify.input_split as input_split
+    import assay.verify.table_cells as table_cells
+
+    network, rng = _network(7)
+    image = rng.uniform(-1.0, 1.0, size=16)
+    lower = torch.tensor([*image, 0.0, 0.0], dtype=torch.float64)
+    upper = torch.tensor([*image, 3.999, 0.0], dtype=torch.float64)
+    (query,) = from_unsafe(network, Box(lower, upper), WRONG)
+    decision = decide_by_cells(network, query, method="crown", dtype="float64", stats=SearchStats())
+    assert decision is not None and decision.holds and decision.points <= 4
+
+    def unbounded(network, box, **kwargs):
+        return SimpleNamespace(upper=torch.full((box[0].shape[0], 1), torch.inf, dtype=torch.float64))
+
+    monkeypatch.setattr(table_cells, "compute_bounds", unbounded)
+    monkeypatch.setattr(input_split, "bound_boxes", lambda network, query, lower, *rest, **kw: (
+        None, torch.ones(lower.shape[0], 1, dtype=torch.float64)))
+    assert decide_by_cells(network, query, method="crown", dtype="float64", stats=SearchStats()) is None
