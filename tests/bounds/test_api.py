@@ -185,3 +185,18 @@ def test_under_a_deadline_intermediate_bounds_come_in_chunks_sized_by_their_time
     sizes.clear()
     api._bound_unstable_neurons((lower, upper), 64, bound_rows, first_chunk=4)
     assert sizes == [64, 36]  # without a deadline: the memory cap's chunks, as before
+
+
+def test_interval_rows_of_an_unbounded_output_are_never_nan():
+    """An output without bounds (1/x across 0) made the rows' centre inf − inf = NaN: every row
+    read NaN, even one with a zero coefficient on that output."""
+    from assay.nn import Network
+    from assay.nn.ops import Reciprocal
+
+    network = Network((Reciprocal(),), (2,))
+    box = (torch.tensor([[-1.0, 1.0]], dtype=torch.float64), torch.tensor([[1.0, 2.0]], dtype=torch.float64))
+    C = torch.tensor([[0.0, 1.0], [1.0, 1.0]], dtype=torch.float64)
+    result = compute_bounds(network, box, method="ibp", spec=(C, torch.zeros(2, dtype=torch.float64)))
+    assert not torch.isnan(result.lower).any() and not torch.isnan(result.upper).any()
+    assert result.lower[0, 0] == pytest.approx(0.5) and result.upper[0, 0] == pytest.approx(1.0)
+    assert result.lower[0, 1] == -torch.inf and result.upper[0, 1] == torch.inf

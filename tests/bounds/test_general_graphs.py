@@ -43,6 +43,7 @@ NONLINEAR = {
     "cos": [ops.Cos()],
     "abs": [ops.Abs()],
     "sign": [ops.Sign()],
+    "floor": [ops.Affine(torch.tensor(3.0), torch.tensor(0.0)), ops.Floor()],
     "leaky_relu": [ops.LeakyRelu(0.1)],
     "clip": [ops.Clip(-0.3, 0.4)],
     "softmax": [ops.Softmax(0)],

@@ -32,6 +32,7 @@ def _unary(op, **attrs):
 CASES = {  # name → builder of the graph on x of shape (N, 3, 4) (inputs in [0.5, 2]: Log, Sqrt are defined)
     **{op: _unary(op) for op in ("Sigmoid", "Tanh", "Exp", "Log", "Reciprocal", "Sqrt", "Sin", "Cos", "Abs", "Neg")},
     "Sign": lambda g: g.node("Sign", [g.node("Sub", ["x", g.const(1.0)])]),
+    "Floor": lambda g: g.node("Floor", [g.node("Mul", ["x", g.const(3.0)])]),
     "LeakyRelu": lambda g: g.node("LeakyRelu", [g.node("Sub", ["x", g.const(1.2)])], alpha=0.2),
     "Clip": lambda g: g.node("Clip", ["x", g.const(0.8), g.const(1.5)]),
     "Pow": lambda g: g.node("Pow", ["x", g.const(3.0)]),
@@ -129,11 +130,11 @@ def test_a_fixed_batch_of_one_that_the_graph_transposes_is_one_sample(rng):
 
 def test_an_operator_without_a_forward_rule_is_one_line_naming_node_and_operator(rng):
     g = GraphMaker(rng)
-    model = g.model(["N", 3], g.node("Floor", [g.node("Sigmoid", ["x"])]))
+    model = g.model(["N", 3], g.node("Round", [g.node("Sigmoid", ["x"])]))
     with pytest.raises(UnsupportedOperatorError) as info:
         load(model)
     message = str(info.value)
-    assert "\n" not in message and "'floor_2'" in message and "'Floor'" in message
+    assert "\n" not in message and "'round_2'" in message and "'Round'" in message
 
 
 # ---------------------------------------------------------------------- bound entry points
@@ -178,6 +179,8 @@ NETWORKS_2024 = [
     "cgan_2023/onnx/cGAN_imgSz32_nCh_3_upsample.onnx.gz", "cgan_2023/onnx/cGAN_imgSz32_nCh_1_transposedConvPadding_1.onnx.gz",
     "linearizenn/onnx/AllInOne_10_10.onnx.gz", "lsnc/onnx/quadrotor2d_output.onnx.gz",
     "ml4acopf_2024/onnx/14_ieee_ml4acopf.onnx.gz", "ml4acopf_2024/onnx/14_ieee_ml4acopf-linear-nonresidual.onnx.gz",
+    "ml4acopf_2024/onnx/14_ieee_ml4acopf-linear-residual.onnx.gz",  # Floor: the angle wrap of its sin/cos
+    "cctsdb_yolo_2023/onnx/patch-1.onnx.gz",  # a patch placed by two inputs (IndexTable), ArgMax == label
     "nn4sys_2023/onnx/mscn_128d.onnx.gz", "nn4sys_2023/onnx/pensieve_small_parallel.onnx.gz",
     "safenlp/onnx/medical/perturbations_0.onnx.gz", "tllverifybench_2023/onnx/tllBench_n=2_N=M=8_m=1_instance_0_0.onnx.gz",
     "traffic_signs_recognition_2023/onnx/3_30_30_QConv_16_3_QConv_32_2_Dense_43_ep_30.onnx.gz",
@@ -217,5 +220,49 @@ def test_every_operator_is_documented_and_registered_by_its_onnx_name():
         assert inspect.getdoc(cls), name
         assert name == "Operator" or issubclass(cls, ops.Operator), name
     for op_type in ("Sigmoid", "Softmax", "Slice", "Split", "Gather", "Concat", "Transpose", "ReduceSum", "ReduceMean",
-                    "Resize", "Upsample", "ConvTranspose", "Min", "Max", "Clip", "Pow", "LeakyRelu", "Sign", "Sin"):
+                    "Resize", "Upsample", "ConvTranspose", "Min", "Max", "Clip", "Pow", "LeakyRelu", "Sign", "Sin", "Floor",
+                    "ArgMax", "Equal", "Cast"):
         assert op_type in BUILDERS, op_type
+
+
+# ---------------------------------------------------------------------- decisions built into the graph
+def _patch_and_decide(g) -> str:
+    """cctsdb_yolo's shape in small: x (18,) holds a 4×4 image, a row index and a label; the row
+    is zeroed (Cast → ScatterND), then Relu → padded MaxPool → ArgMax == label, as 0/1."""
+    row = g.node("Reshape", [g.node("Cast", [g.node("Gather", ["x", g.const(16, np.int64)], axis=0)], to=7),
+                             g.const([1, 1], np.int64)])
+    mask = g.node("ScatterND", [g.const(np.ones((4, 4))), row, g.const(np.zeros((1, 4)))])
+    image = g.node("Reshape", [g.node("Slice", ["x", g.const([0], np.int64), g.const([16], np.int64)]),
+                               g.const([1, 1, 4, 4], np.int64)])
+    h = g.node("Mul", [image, g.node("Reshape", [mask, g.const([1, 1, 4, 4], np.int64)])])
+    h = g.node("MaxPool", [g.node("Relu", [h])], kernel_shape=[3, 3], strides=[3, 3], pads=[1, 1, 1, 1])
+    index = g.node("Cast", [g.node("ArgMax", [g.node("Reshape", [h, g.const([1, 4], np.int64)])], axis=1, keepdims=0)],
+                   to=1)
+    same = g.node("Equal", [index, g.node("Gather", ["x", g.const(17, np.int64)], axis=0)])
+    return g.node("Cast", [g.node("Cast", [same], to=7)], to=1)
+
+
+def test_a_patch_placed_by_the_input_and_a_decision_match_onnxruntime_and_bound_soundly(rng):
+    from tests.nn.test_onnx import GraphMaker
+
+    g = GraphMaker(rng)
+    model = g.model([18], _patch_and_decide(g), output_rank=1)
+    network = load(model)
+    assert {type(layer).__name__ for layer in network.layers} >= {"IndexTable", "ArgMax", "Equal", "Cast"}
+    x = rng.uniform(-1.0, 1.0, size=(200, 18))
+    x[:, 16] = rng.uniform(0.0, 3.999, size=200)
+    x[:, 17] = rng.integers(0, 4, size=200)
+    assert deviation_from_onnxruntime(network, model, x)["relative"] == 0.0
+    # one image, every row and label: the bounds hold every output (and are exact at one point)
+    lower, upper = torch.tensor(x[0]).clone(), torch.tensor(x[0]).clone()
+    lower[16:], upper[16:] = torch.tensor([0.0, 0.0]), torch.tensor([3.999, 3.0])
+    samples = lower + (upper - lower) * torch.rand(300, 18, dtype=torch.float64)
+    samples[:, 17] = samples[:, 17].round()
+    outputs = network.forward(samples)
+    for method in ("ibp", "crown"):
+        bounds = compute_bounds(network, (lower.unsqueeze(0), upper.unsqueeze(0)), method=method)
+        assert (bounds.lower <= outputs).all() and (outputs <= bounds.upper).all(), method
+    point = torch.tensor(x[:1])
+    exact = compute_bounds(network, (point, point), method="ibp")
+    y = network.forward(point)
+    assert (exact.lower <= y).all() and (y <= exact.upper).all() and (exact.upper - exact.lower).max() < 1e-300

@@ -169,7 +169,7 @@ def test_constant_nodes_and_symbolic_input_shape(rng):
 
 
 # ---------------------------------------------------------------------- errors
-@pytest.mark.parametrize("op", ["Floor", "Erf", "Elu"])  # (Sigmoid, Softmax, Tanh load since issue 32)
+@pytest.mark.parametrize("op", ["Round", "Erf", "Elu"])  # (Sigmoid, Softmax, Tanh load since issue 32, Floor since ml4acopf)
 def test_unsupported_operator_names_the_operator_node_and_file(rng, tmp_path, op):
     g = GraphMaker(rng)
     h = g.node("Gemm", ["x", g.random(4, 3), g.random(4)], transB=1)
@@ -245,10 +245,17 @@ def test_zero_pad_then_average_pool(rng):
 
 def test_graph_operators_assay_cannot_represent_are_named(rng):
     g = GraphMaker(rng)
-    h = g.node("MaxPool", [g.node("Relu", ["x"])], kernel_shape=[2, 2], pads=[1, 1, 1, 1])
+    h = g.node("MaxPool", ["x"], kernel_shape=[2, 2], pads=[1, 1, 1, 1])  # −inf padding of any values
     with pytest.raises(UnsupportedOperatorError, match="padding") as info:
         load(g.model([1, 1, 4, 4], h, output_rank=4))
     assert "node '" in str(info.value)
+
+
+def test_padded_max_pooling_after_a_relu_pads_with_zeros(rng):
+    """After a Relu every value is ≥ 0, so MaxPool's −inf padding is 0 padding (pads < kernel)."""
+    g = GraphMaker(rng)
+    h = g.node("MaxPool", [g.node("Relu", ["x"])], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    check_against_ort(g.model(["N", 2, 5, 5], h, output_rank=4), rng.normal(size=(6, 2, 5, 5)))
 
 
 @pytest.mark.parametrize("case", ["asymmetric_pad", "sub"])

@@ -45,11 +45,11 @@ def onnx_output(model, x: np.ndarray) -> np.ndarray:
     return session.run(None, {declared.name: x.astype(np.float32).reshape(shape)})[0].reshape(-1)
 
 
-def write_floor_onnx(path):
-    """x (1, 2) → Gemm → Floor → y: an operator assay cannot load (nor bound)."""
+def write_round_onnx(path):
+    """x (1, 2) → Gemm → Round → y: an operator assay cannot load (nor bound)."""
     graph = helper.make_graph(
         [helper.make_node("Gemm", ["input", "w", "b"], ["h"], name="hidden", transB=1),
-         helper.make_node("Floor", ["h"], ["output"], name="wave")],
+         helper.make_node("Round", ["h"], ["output"], name="wave")],
         "sin", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 2])],
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 2])],
         [numpy_helper.from_array(np.eye(2, dtype=np.float32), "w"), numpy_helper.from_array(np.zeros(2, np.float32), "b")],
@@ -196,9 +196,9 @@ def test_unsat_is_not_falsified_by_sampling(tmp_path, rng):
 
 
 def test_an_operator_assay_cannot_bound_gives_error_with_the_reason(tmp_path):
-    answer = run_instance(write_floor_onnx(tmp_path / "floor.onnx"), violated_property(tmp_path / "v.vnnlib"), 30.0)
+    answer = run_instance(write_round_onnx(tmp_path / "round.onnx"), violated_property(tmp_path / "v.vnnlib"), 30.0)
     assert answer.word == "error" and answer.status is VerificationStatus.ERROR and answer.verification is None
-    assert "'Floor'" in answer.reason and "wave" in answer.reason and "\n" not in answer.reason
+    assert "'Round'" in answer.reason and "wave" in answer.reason and "\n" not in answer.reason
     assert answer.text() == "error\n"
 
 
@@ -227,12 +227,12 @@ def test_verify_result_file_option(tmp_path):
     assert result.exit_code == 0, result.output
     assert out.read_text() == "unsat\n" and '"result": "unsat"' in result.stdout
 
-    result = runner.invoke(app, ["verify", str(write_floor_onnx(tmp_path / "floor.onnx")), str(tmp_path / "v.vnnlib"),
+    result = runner.invoke(app, ["verify", str(write_round_onnx(tmp_path / "round.onnx")), str(tmp_path / "v.vnnlib"),
                                  "--result-file", str(out)])
     assert result.exit_code == 2
     assert out.read_text() == "error\n"
     assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [result.stderr.strip()]
-    assert "'Floor'" in result.stderr
+    assert "'Round'" in result.stderr
 
     result = runner.invoke(app, ["verify", "--instances", str(tmp_path / "i.csv"), "--result-file", str(out)])
     assert result.exit_code == 2 and "--result-file is for one instance" in result.stderr

@@ -56,3 +56,31 @@ def test_verdicts_with_forward_intermediate_bounds_agree_with_a_dense_grid(seed,
     if expected is VerificationStatus.VIOLATED:
         x = result.counterexample.input.reshape(1, 2)
         assert ((x >= -1) & (x <= 1)).all() and network.forward(x).item() >= grid_max + offset
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_verdicts_with_interval_intermediate_bounds_agree_with_a_dense_grid(seed, monkeypatch):
+    """Where backward refinement would cost too much per box (cctsdb_yolo), the boxes' intermediate
+    tensors get interval bounds and the output rows CROWN: still sound, and the search still decides."""
+    monkeypatch.setattr(input_split, "INTERVAL_INTERMEDIATE_COST", 0)
+    from assay.bounds import api
+
+    original, methods = api.compute_bounds, []
+
+    def counted(*args, **kwargs):
+        methods.append((kwargs.get("method"), kwargs.get("refine_intermediate", True)))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(input_split, "compute_bounds", counted)
+    network = random_relu_network(300 + seed, (2, 12, 12, 1))
+    assert box_intermediate_method(network) == "crown" and input_split.interval_intermediates(network)
+    grid = torch.linspace(-1, 1, 801, dtype=torch.float64)
+    grid_max = network.forward(torch.cartesian_prod(grid, grid)).max().item()
+    offset = 0.05 if seed % 2 else -0.002
+    unsafe = SimpleNamespace(conjunctions=(SimpleNamespace(C=torch.ones(1, 1, dtype=torch.float64),
+                                                           d=torch.tensor([-(grid_max + offset)], dtype=torch.float64)),))
+    box = SimpleNamespace(lower=-torch.ones(2, dtype=torch.float64), upper=torch.ones(2, dtype=torch.float64))
+    result = verify(network, box, unsafe=unsafe, timeout=60, strategy="input", attack_restarts=0, method="crown")
+    assert result.status is (VerificationStatus.HOLDS if offset > 0 else VerificationStatus.VIOLATED), result
+    assert ("ibp", True) in methods and ("crown", False) in methods  # intervals, then CROWN on the rows only
+    assert ("crown", True) not in methods

@@ -17,7 +17,7 @@ import pytest
 from assay.sets import read_vnnlib
 from assay.verify.competition import read_result_file
 from tests.cli.models import violated_property
-from tests.verify.test_competition import onnx_output, write_floor_onnx
+from tests.verify.test_competition import onnx_output, write_round_onnx
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "vnncomp"
 
@@ -70,12 +70,12 @@ def test_prepare_and_run_on_a_real_violated_instance(data_dir, tmp_path):
 
 
 def test_run_instance_writes_error_for_a_model_assay_cannot_bound(tmp_path):
-    model = write_floor_onnx(tmp_path / "floor.onnx")
+    model = write_round_onnx(tmp_path / "round.onnx")
     out = tmp_path / "result.txt"
     done = script("run_instance.sh", "v1", "test", model, violated_property(tmp_path / "v.vnnlib"), out, 30)
     assert out.read_text() == "error\n"
     reasons = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert len(reasons) == 1 and "'Floor'" in reasons[0]
+    assert len(reasons) == 1 and "'Round'" in reasons[0]
 
 
 def fake_assay(tmp_path, body: str) -> dict:

@@ -552,6 +552,8 @@ def _bound_unstable_neurons(layer_bounds, chunk: int, bound_rows, only=None, mas
 
 def _interval_rows(C, d, out_lower, out_upper):
     """Interval bounds of C y + d for y in [out_lower, out_upper], rounded outwards."""
+    if not (torch.isfinite(out_lower).all() and torch.isfinite(out_upper).all()):
+        return _unbounded_interval_rows(C, d, out_lower, out_upper)
     center, radius = center_radius(out_lower, out_upper)
     flat = lambda t: t.reshape(t.shape[0], 1, -1)  # noqa: E731
     C_flat = C.reshape(C.shape[0], C.shape[1], -1)
@@ -560,6 +562,20 @@ def _interval_rows(C, d, out_lower, out_upper):
     u = unit_roundoff(C.dtype)
     margin = 2 * (C_flat.shape[-1] + 3) * u * ((C_flat.abs() * (flat(center).abs() + flat(radius))).sum(-1) + d.abs())
     return mid - rad - margin, mid + rad + margin
+
+
+def _unbounded_interval_rows(C, d, out_lower, out_upper):
+    """:func:`_interval_rows` where some output bound is infinite (its centre would be NaN): each
+    row sums ``c·y``'s end terms, a zero coefficient ignoring its output's bounds."""
+    from assay.bounds.rules.multi import interval_sum
+
+    C_flat = C.reshape(C.shape[0], C.shape[1], -1)
+    lo, hi = out_lower.reshape(out_lower.shape[0], 1, -1), out_upper.reshape(out_upper.shape[0], 1, -1)
+    zero = torch.zeros_like(C_flat)
+    low = torch.where(C_flat > 0, C_flat * lo, torch.where(C_flat < 0, C_flat * hi, zero))
+    high = torch.where(C_flat > 0, C_flat * hi, torch.where(C_flat < 0, C_flat * lo, zero))
+    offset = d.expand(C_flat.shape[0], C_flat.shape[1]).unsqueeze(-1)
+    return interval_sum(torch.cat([low, offset], -1), torch.cat([high, offset], -1), -1)
 
 
 def _sided_rows(C, d, sides):

@@ -314,6 +314,14 @@ def cut_tensors(plan: Plan) -> list[int]:
 _BACKWARD_BUDGET = 2e8
 
 
+def backward_refinement_cost(plan: Plan) -> int:
+    """Coefficient operations (a proxy: rows × the tensor elements each row's walk crosses) of
+    bounding every refined intermediate tensor by backward substitution, per box."""
+    sizes = [math.prod(shape) for shape in plan.network.shapes]
+    prefix = list(itertools.accumulate(sizes))
+    return sum(2 * sizes[t] * prefix[t] for t in set(plan.relu_positions) | set(plan.operator_inputs))
+
+
 def intermediate_method_for(plan: Plan) -> str:
     """``"hybrid"`` (forward linear bounds, then CROWN where its walks are short, see
     :func:`~assay.bounds.compute_bounds`) where backward CROWN bounds of every intermediate
@@ -330,8 +338,6 @@ def intermediate_method_for(plan: Plan) -> str:
     inputs = sizes[0]
     if inputs > MAX_FORWARD_INPUTS or plan.has_maxpool:
         return "crown"
-    refined = set(plan.relu_positions) | set(plan.operator_inputs)
-    prefix = list(itertools.accumulate(sizes))
-    backward = sum(2 * sizes[t] * prefix[t] for t in refined)
-    forward = 2 * (inputs + 1) * prefix[-1]
+    backward = backward_refinement_cost(plan)
+    forward = 2 * (inputs + 1) * sum(sizes)
     return "hybrid" if backward > _BACKWARD_BUDGET and backward > 8 * forward else "crown"

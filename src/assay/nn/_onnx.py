@@ -57,6 +57,7 @@ from assay.nn._build import LayerBuilder
 from assay.nn._files import gunzipped, is_gzipped
 from assay.nn._onnx_builders import BUILDERS, BatchAxisError
 from assay.nn._onnx_fold import RELU_NETWORK_OPERATORS, fold_constants, needs_folding
+from assay.nn._onnx_tables import find_indexed, table_layer, tensor_types
 from assay.nn.layers import Reshape
 from assay.nn.network import Network
 from assay.nn.ops import Affine, ConstMatMul, Reciprocal
@@ -211,6 +212,12 @@ class _Converter:
         for node in graph.node:
             for name in node.input:
                 self.readers[name] = self.readers.get(name, 0) + 1
+        self.producers = {o: node for node in graph.node for o in node.output if o}
+        self.types = tensor_types(self.model)  # name → (ONNX element type, dims), where the graph says
+        self.indexed = find_indexed(self.model, graph_input.name)
+        for _, keys, _ in self.indexed.tables.values():
+            for key in keys:  # an IndexTable reads its keys after the nodes that produced them: keep them
+                self.readers[key] = self.readers.get(key, 0) + 1
         for index, node in enumerate(graph.node):
             self._node(index, node)
         where = f"{self.name}: end of the graph"
@@ -256,6 +263,11 @@ class _Converter:
         op = node.op_type
         label = node.name or f"#{index}"
         where = f"{self.name}: node '{label}' ({op})"
+        if index in self.indexed.nodes:  # reads the input only through integer casts (see _onnx_tables)
+            if index in self.indexed.tables:
+                output, keys, _ = plan = self.indexed.tables[index]
+                self.emit(table_layer(self.model, plan, self.constants, self.lead, where), list(keys), output, where)
+            return
         if node.domain not in ("", "ai.onnx") or op not in SUPPORTED_OPERATORS:
             raise UnsupportedOperatorError(
                 f"{self.name}: node '{label}' uses operator {op!r}"
@@ -366,6 +378,12 @@ class _Converter:
             return
         general.two_tensor_op(self, node, [first, second], where)
 
+    def alias(self, name: str, output: str, where: str) -> None:
+        """Activation ``output`` is activation ``name`` (a node that changes nothing)."""
+        self._use(name, where)
+        self.current = output
+        self._keep_if_read_again(where)
+
     def _keep_if_read_again(self, where: str) -> None:
         if self.readers.get(self.current, 0) > 1:
             self.tensors[self.current] = self.builder.materialize(where)
@@ -453,8 +471,9 @@ class _Converter:
             self.emit(Reciprocal(), [self.current], node.output[0], where)
             kind = "Mul"
         ones, zeros = np.ones_like(c), np.zeros_like(c)
-        scale, shift = {"Add": (ones, c), "Mul": (c, zeros), "Div": (1.0 / c, zeros),
-                        "Sub": (ones, -c) if position == 0 else (-ones, c)}[kind]
+        with np.errstate(divide="ignore"):  # 1/c is only used for Div (a zero there is refused below)
+            scale, shift = {"Add": (ones, c), "Mul": (c, zeros), "Div": (1.0 / c, zeros),
+                            "Sub": (ones, -c) if position == 0 else (-ones, c)}[kind]
         if not np.all(np.isfinite(scale)):
             raise ModelLoadError(f"{where}: division by a constant that contains zeros")
         self.emit(Affine(scale, shift), [self.current], node.output[0], where)
@@ -610,15 +629,27 @@ class _Converter:
         self.builder.avgpool(kernel, stride, padding, where)
 
     def _op_MaxPool(self, node, attrs, where):
-        self._require_batch(where, "MaxPool")
+        shape = self.builder.shape
+        one_image = self.lead == 0 and len(shape) == 4 and shape[0] == 1  # (1, C, H, W) without a batch dimension
+        if not one_image:
+            self._require_batch(where, "MaxPool")
         kernel = tuple(attrs["kernel_shape"])
         if len(kernel) != 2:
             raise UnsupportedOperatorError(f"{where}: only 2-D max pooling is supported; kernel_shape={kernel}")
         stride = tuple(attrs.get("strides", (1, 1)))
-        if any(self._padding(attrs, where)):
-            raise UnsupportedOperatorError(
-                f"{where}: max pooling with padding is not supported (its padding is −∞, not 0); export without pads"
-            )
+        padding = self._padding(attrs, where)
+        if any(padding):
+            producer = self.producers.get(node.input[0])
+            # MaxPool pads with −inf; after a ReLU (values ≥ 0) padding with 0 is the same as long
+            # as every window keeps one element of the image
+            if producer is None or producer.op_type != "Relu" or any(p >= k for p, k in zip(padding, kernel)):
+                raise UnsupportedOperatorError(
+                    f"{where}: max pooling with padding is supported right after a Relu (its −∞ padding is then 0 "
+                    "padding) with pads smaller than the kernel; export without pads")
+        if one_image:
+            self.emit(Reshape(shape[1:]), [self.current], node.output[0] + "#image", where)
+        if any(padding):
+            self.builder.pad(padding, where)
         if any(d != 1 for d in attrs.get("dilations", (1, 1))) or attrs.get("storage_order", 0):
             raise UnsupportedOperatorError(f"{where}: dilated max pooling and storage_order=1 are not supported")
         if len([o for o in node.output if o]) > 1:
@@ -627,6 +658,8 @@ class _Converter:
                 (n - k) % s for n, k, s in zip(self.builder.shape[1:], kernel, stride)):
             raise UnsupportedOperatorError(f"{where}: ceil_mode=1 adds partial windows; export with ceil_mode=0")
         self.builder.maxpool(kernel, stride, where)
+        if one_image:
+            self.emit(Reshape((1, *self.builder.shape)), [self.current], node.output[0], where)
 
     def _op_Pad(self, node, attrs, where):
         mode = attrs.get("mode", b"constant")

@@ -23,10 +23,13 @@ import numpy as np
 from assay.errors import ModelLoadError, UnsupportedOperatorError
 from assay.nn.layers import Reshape
 from assay.nn.ops import (
+    ArgMax,
     Binary,
+    Cast,
     Clip,
     Concat,
     Conv,
+    Equal,
     Gather,
     LeakyRelu,
     MatMul,
@@ -352,3 +355,36 @@ def _unsqueeze(graph, node, attrs, where):
     if graph.lead and 0 in axes:
         raise BatchAxisError(f"{where}: {node.op_type} of axis 0 moves the batch dimension")
     graph.emit(Reshape(tuple(full[graph.lead:])), [name], node.output[0], where)
+
+
+@builds("ArgMax")
+def _argmax(graph, node, attrs, where):
+    name = node.input[0]
+    rank = len(graph.shape(name)) + graph.lead
+    axis = attrs.get("axis", 0)
+    axis = graph.axis(axis + rank if axis < 0 else axis, name, where)
+    graph.emit(ArgMax(axis, bool(attrs.get("keepdims", 1)), bool(attrs.get("select_last_index", 0))), [name],
+               node.output[0], where)
+
+
+@builds("Equal")
+def _equal(graph, node, attrs, where):
+    names = _activations(graph, node)
+    if len(names) != 2:
+        raise UnsupportedOperatorError(f"{where}: only Equal of two tensors computed from the input is supported")
+    ranks = {len(graph.shape(n)) for n in names}
+    if graph.lead and len(ranks) > 1:
+        raise BatchAxisError(f"{where}: Equal of tensors of ranks {sorted(ranks)} would broadcast across the batch "
+                             "dimension")
+    graph.emit(Equal(), names, node.output[0], where)
+
+
+@builds("Cast")
+def _cast(graph, node, attrs, where):
+    """A cast to the type the tensor already has changes nothing; any other is a Cast layer."""
+    name, to = node.input[0], int(attrs["to"])
+    source = graph.types.get(name, (1, None))[0]
+    if source == to:
+        graph.alias(name, node.output[0], where)
+        return
+    graph.emit(Cast(to), [name], node.output[0], where)

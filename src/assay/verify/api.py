@@ -24,6 +24,7 @@ from assay.verify.problem import UnsafeQuery, from_required, from_unsafe
 from assay.verify.relu_split import conjunction_searches, pooled_upper_bounds, refutes_every_conjunction, root_corners
 from assay.verify.result import VerificationResult, VerificationStats, VerificationStatus
 from assay.verify.search import SearchState, SearchStats, branch_and_bound
+from assay.verify.table_cells import decide_by_cells
 
 __all__ = ["verify", "verify_vnnlib", "VerifyOptions", "INPUT_SPLIT_MAX_INPUTS"]
 
@@ -110,6 +111,18 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
         return VerificationResult(status, counterexample, VerificationStats(
             **stats.to_json(), queries=len(queries), strategy=strategy, seconds=time.monotonic() - started,
         ), tuple(searches), reason)
+
+    # A box that varies only in table keys (a patch's position) is decided cell by cell.
+    undecided = []
+    for query in queries:
+        decision = decide_by_cells(network, query, method=method, dtype=dtype, stats=stats, deadline=deadline)
+        if decision is None:
+            undecided.append(query)
+        elif decision.found is not None:
+            return finish(VerificationStatus.VIOLATED, decision.found, query)
+    if not undecided:
+        return finish(VerificationStatus.HOLDS)
+    queries = undecided
 
     if strategy in ("input", "operator"):
         # Sound bounds on the whole box settle easy queries at a fraction of the attack's cost;

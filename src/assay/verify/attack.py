@@ -76,6 +76,8 @@ def pgd(
             better = value > best
             best = torch.where(better, value, best)
             best_x[better] = x[better]
+        if not value.requires_grad:  # the output is piecewise constant in x (an index, a decision): no gradient
+            break
         (grad,) = torch.autograd.grad(value.sum(), x)
         with torch.no_grad():
             size = first_step * (last_step / first_step) ** (step / max(steps - 1, 1))

@@ -15,9 +15,11 @@ module              operators
 ``convex``          Exp, Log, Reciprocal, Sqrt, Pow (constant exponent)
 ``trigonometric``   Sin, Cos
 ``piecewise``       Abs, Sign, LeakyRelu, Clip
+``steps``           Floor, Cast
 ``bilinear``        Mul/Div of two tensors, MatMul of two tensors
 ``minmax``          Min, Max
 ``softmax``         Softmax
+``decisions``       ArgMax, Equal, IndexTable (interval rules, constant lines)
 ==================  ====================================================================
 """
 
@@ -30,7 +32,8 @@ __all__ = ["register", "rule_for", "registered_layers"]
 
 # layer class -> [(predicate or None, rule)], first match wins
 _REGISTRY: dict[type, list[tuple[Callable | None, object]]] = {}
-_MODULES = ("linear", "s_shaped", "convex", "trigonometric", "piecewise", "bilinear", "minmax", "softmax")
+_MODULES = ("linear", "s_shaped", "convex", "trigonometric", "piecewise", "steps", "bilinear", "minmax",
+            "softmax", "decisions")
 _loaded = False
 
 

@@ -2,6 +2,7 @@
 
 ``Sigmoid``, ``Tanh``, ``Exp``, ``Log``, ``Reciprocal``, ``Sqrt``, ``Sin``, ``Cos``, ``Abs``,
 ``Sign`` (ONNX: ``sign(0) = 0``; binarised networks build their quantised convolutions from it),
+``Floor`` (angle wraps ``x − 2π·floor(x/2π)`` before a periodic function),
 ``Neg``, ``Pow`` with a constant scalar exponent, ``LeakyRelu`` and ``Clip`` (a constant
 interval). Each is exact in the dtype of its input (torch's kernels).
 """
@@ -16,7 +17,7 @@ import torch.nn.functional as F
 from assay.errors import ModelLoadError
 from assay.nn.ops.base import Operator
 
-__all__ = ["Sigmoid", "Tanh", "Exp", "Log", "Reciprocal", "Sqrt", "Sin", "Cos", "Abs", "Sign", "Neg", "Pow",
+__all__ = ["Sigmoid", "Tanh", "Exp", "Log", "Reciprocal", "Sqrt", "Sin", "Cos", "Abs", "Sign", "Floor", "Neg", "Pow",
            "LeakyRelu", "Clip", "ELEMENTWISE"]
 
 
@@ -106,6 +107,14 @@ class Sign(_Elementwise):
 
 
 @dataclass(frozen=True)
+class Floor(_Elementwise):
+    """The largest integer ≤ x (exact in every float dtype)."""
+
+    def forward(self, x):
+        return torch.floor(x)
+
+
+@dataclass(frozen=True)
 class Neg(_Elementwise):
     """``−x``."""
 
@@ -167,4 +176,5 @@ class Clip(_Elementwise):
 
 # ONNX op type → the parameterless element-wise operator it maps to
 ELEMENTWISE = {"Sigmoid": Sigmoid, "Tanh": Tanh, "Exp": Exp, "Log": Log, "Reciprocal": Reciprocal, "Sqrt": Sqrt,
-               "Sin": Sin, "Cos": Cos, "Abs": Abs, "Sign": Sign, "Neg": Neg}
+               "Sin": Sin, "Cos": Cos, "Abs": Abs, "Sign": Sign, "Floor": Floor,
+               "Neg": Neg}
