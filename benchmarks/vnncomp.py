@@ -31,7 +31,8 @@ once: ``--chunk 1 --workers 2`` runs two instances side by side, each in its own
 writes the summary table ``benchmarks/results/<COLLECTION>_summary.md`` (benchmark, instances run,
 assay solved, best and second-best published tool solved on the same instances, contradictions);
 ``--summary`` only rebuilds that table from the per-benchmark results already written, prints it,
-and with ``--readme`` writes it into README.md between its ``vnncomp2024-verify-table`` markers.
+and with ``--readme`` writes it into README.md between its ``vnncomp2024-verify-table`` markers
+(a benchmark with no results file on this machine keeps its row from there, marked "from an earlier run").
 
 Published times are those of the competition's machines (a GPU or many cores), minus each
 tool's start-up overhead and floored at 1 s, as the official scoring computes them; assay's
@@ -58,7 +59,7 @@ from pathlib import Path
 # default limit of 131,072 characters per field).
 csv.field_size_limit(sys.maxsize)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, data_dir, machine, markdown_table, write_readme_block, write_results  # noqa: E402
+from _common import RESULTS, data_dir, machine, markdown_table, read_readme_block, write_readme_block, write_results  # noqa: E402
 
 DECIDED = ("holds", "violated")
 STATUSES = ("holds", "violated", "timeout", "unknown", "error")
@@ -422,13 +423,23 @@ def run_benchmark(parser, folder: Path, args) -> dict:
 
 
 # ------------------------------------------------------------------------------- the summary over a year
-def summary(collection: Path) -> tuple[str, dict]:
-    """One row per benchmark of ``collection`` from the results files written so far."""
+def summary(collection: Path, earlier: dict[str, list[str]] | None = None) -> tuple[str, dict]:
+    """One row per benchmark of ``collection`` from the results files written so far.
+
+    ``earlier``: rows of a table written before (:func:`readme_rows`), by benchmark. A benchmark
+    with no results file here keeps its earlier row (results files are not part of the
+    repository: a fresh checkout has none, and its README must not forget the runs behind it).
+    """
     rows, benchmarks = [], {}
     for folder in sorted(p for p in collection.iterdir() if (p / "instances.csv").is_file()):
         path = RESULTS / f"{results_name(folder)}.json"
         if not path.is_file():
-            rows.append([folder.name, "not run", "–", "–", "–", "–", "–"])
+            kept = (earlier or {}).get(folder.name)
+            if kept is not None and kept[1] != "not run":
+                note = kept[-1] if EARLIER_RUN in kept[-1] else f"{EARLIER_RUN}; {kept[-1]}".removesuffix("; –")
+                rows.append([*kept[:-1], note])
+            else:
+                rows.append([folder.name, "not run", "–", "–", "–", "–", "–"])
             continue
         run = json.loads(path.read_text())
         best, second, ours = run.get("best_published"), run.get("second_published"), run["assay"]
@@ -459,6 +470,20 @@ def summary(collection: Path) -> tuple[str, dict]:
               "contradictions: assay's verdicts against the published consensus. Per benchmark: "
               "`benchmarks/results/<collection>_<benchmark>.md`.\n")
     return table, {"collection": collection.name, "benchmarks": benchmarks, "machine": machine()}
+
+
+# The note of a row kept from the README's earlier table.
+EARLIER_RUN = "from an earlier run"
+
+
+def readme_rows(block: str) -> dict[str, list[str]]:
+    """The rows of README.md's table between the ``block`` markers, by their first cell (benchmark)."""
+    rows = {}
+    for line in read_readme_block(block).splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) == 7 and cells[0] not in ("benchmark", "---"):
+            rows[cells[0]] = cells
+    return rows
 
 
 def main(argv=None) -> int:
@@ -502,7 +527,7 @@ def main(argv=None) -> int:
     if args.all:
         for folder in sorted(p for p in collection.iterdir() if (p / "instances.csv").is_file()):
             run_benchmark(parser, folder, args)
-    table, payload = summary(collection)
+    table, payload = summary(collection, readme_rows("vnncomp2024-verify-table") if args.readme else None)
     write_results(f"{collection.name}_summary", payload, table)
     print(table)
     if args.readme:
