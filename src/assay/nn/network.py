@@ -246,10 +246,20 @@ class Network:
             )
         return rows
 
-    def to_torch(self) -> torch.nn.Module:
+    def to_torch(self, replace: dict[int, torch.nn.Module] | None = None) -> torch.nn.Module:
         """An equivalent float64 torch module (for attacks and training-free checks): a
-        ``torch.nn.Sequential`` for a chain, else a module that evaluates the graph."""
+        ``torch.nn.Sequential`` for a chain, else a module that evaluates the graph.
+
+        ``replace`` maps layer indices to modules used for those layers instead (each called
+        with the tensors the layer reads, like the module it replaces): an attack can give a
+        layer another gradient, or drop a layer, without walking the graph itself. The result
+        computes this network only where the replacements compute the replaced layers.
+        """
         modules = self._torch_modules()
+        for index, module in (replace or {}).items():
+            if not 0 <= index < len(modules):
+                raise ValueError(f"to_torch: no layer {index} to replace ({len(modules)} layers)")
+            modules[index] = module
         if self.is_chain:
             return torch.nn.Sequential(*modules)
         return _GraphModule(modules, self.sources)

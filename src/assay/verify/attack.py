@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from assay.nn.network import Network
+from assay.verify.attack_model import attack_model, drops_softmax, has_sign
 from assay.verify.deadline import Deadline
 from assay.verify.problem import UnsafeQuery
 
@@ -57,10 +58,13 @@ def pgd(
     than a linearly decaying step resolves (ACAS Xu 1_9 property 7: PGD with steps ≥ 0.5 % of
     the width stalls at margin −6·10⁻⁴ next to a violating region).
 
+    Differentiates :func:`~assay.verify.attack_model.attack_model` (exact forward values; on a
+    binarised network, surrogate gradients through its ``Sign`` layers; the margin read may be
+    that of the logits where the query only compares outputs of a final Softmax).
     Runs in float32 for speed (the caller re-checks in float64). Stops early at ``deadline``.
     Returns the best point per start and its float32 margin.
     """
-    model = _float32_model(network)
+    model = _float32_model(network, query)
     lo, hi = lower.to(torch.float32), upper.to(torch.float32)
     C32, d32 = query.C.to(torch.float32), query.d.to(torch.float32)
     width = (hi - lo).clamp(min=1e-12)
@@ -86,15 +90,37 @@ def pgd(
     return best_x.detach(), best
 
 
+def schedules(network: Network, steps: int = 50) -> list[tuple[float, float, int]]:
+    """The PGD schedules an attack runs in turn, as (first step, last step, steps); steps relative
+    to the box's width. A fine one (``steps`` from 0.1 to 10⁻⁴) resolves tiny violating regions
+    (ACAS Xu); a coarse one (``2·steps`` from 0.5 to 0.05) reaches wide ones (MNIST ε-balls,
+    where it finds within 100 steps violations that 50 fine steps miss). A binarised network
+    (:func:`~assay.verify.attack_model.has_sign`) gets a third, long and mid-sized (``6·steps``
+    from 0.25 to 0.01): its surrogate gradients point the right way only roughly, and a step
+    flips many signs at once (traffic_signs_recognition_2023: most violations need 100+ steps)."""
+    plans = [(0.1, 1e-4, steps), (0.5, 0.05, 2 * steps)]
+    if has_sign(network):
+        plans.append((0.25, 0.01, 6 * steps))
+    return plans
+
+
 def from_center(network: Network, query: UnsafeQuery, steps: int = 50,
                 deadline: Deadline | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """PGD from the box's centre alone, the fine schedule then the coarse one: a fraction of a
+    """PGD from the box's centre alone, with each of :func:`schedules` in turn: a fraction of a
     second, and on image ε-balls it finds most violations that :func:`search`'s sampling needs
     tens of seconds for (the centre is the unperturbed image). Re-checked like every attack."""
     start = ((query.lower + query.upper) / 2).unsqueeze(0)
     box = query.lower.unsqueeze(0), query.upper.unsqueeze(0)
-    for first, last, count in ((0.1, 1e-4, steps), (0.5, 0.05, 2 * steps)):
-        x, _ = pgd(network, query, *box, start, count, first_step=first, last_step=last, deadline=deadline)
+    return _descend(network, query, box, start, steps, deadline)
+
+
+def _descend(network: Network, query: UnsafeQuery, box, starts: torch.Tensor, steps: int,
+             deadline: Deadline | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """PGD from ``starts`` with each of :func:`schedules` in turn until :func:`confirm` accepts a point."""
+    for first, last, count in schedules(network, steps):
+        if deadline is not None and deadline.passed():
+            return None
+        x, _ = pgd(network, query, *box, starts, count, first_step=first, last_step=last, deadline=deadline)
         found = confirm(network, query, x)
         if found is not None:
             return found
@@ -112,7 +138,7 @@ def search(
     guides: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Random sampling, then PGD from the best samples and random restarts over the query box
-    (``steps`` steps of a fine schedule, then twice as many of a coarse one).
+    (with each of :func:`schedules` in turn).
 
     ``guides`` (k, n): further points of the box to start PGD from, besides the centre, e.g. the
     corners where sound linear upper bounds of the rows peak (:func:`assay.verify.relu_split.
@@ -168,15 +194,7 @@ def search(
     if guides is not None and len(guides):
         starts = torch.cat([starts[:1], guides.reshape(len(guides), n).to(starts.dtype), starts[1:]])
     box = query.lower.expand_as(starts), query.upper.expand_as(starts)
-    x, _ = pgd(network, query, *box, starts, steps, deadline=deadline)
-    found = confirm(network, query, x)
-    if found is None:
-        # Then coarser steps for longer: the fine schedule resolves tiny violating regions (ACAS
-        # Xu) but stalls far from wide ones (MNIST ε-balls, where PGD at half the width to a
-        # twentieth finds violations within 100 steps that 50 steps from a tenth miss).
-        x, _ = pgd(network, query, *box, starts, 2 * steps, first_step=0.5, last_step=0.05, deadline=deadline)
-        found = confirm(network, query, x)
-    return found
+    return _descend(network, query, box, starts, steps, deadline)
 
 
 # Points evaluated at once while sampling, at most: fewer when their float32 tensors would take
@@ -199,22 +217,22 @@ def _chunk_size(network: Network) -> int:
 
 def _float32_margins(network: Network, x: torch.Tensor, query: UnsafeQuery) -> torch.Tensor:
     """The query's group margin of the float32 network on a batch x (N, n_in flat), as float64 (N,)."""
-    model = _float32_model(network)
+    model = _float32_model(network, query)
     with torch.no_grad():
         y = model(x.to(torch.float32).reshape(x.shape[0], *network.input_shape)).reshape(x.shape[0], -1)
         values = query.group_margin(y @ query.C.to(torch.float32).T + query.d.to(torch.float32))
     return values.to(torch.float64)
 
 
-_MODELS: dict[int, tuple[Network, torch.nn.Module]] = {}
+_MODELS: dict[tuple[int, bool], tuple[Network, torch.nn.Module]] = {}
 
 
-def _float32_model(network: Network) -> torch.nn.Module:
-    key = id(network)
+def _float32_model(network: Network, query: UnsafeQuery) -> torch.nn.Module:
+    """The float32 :func:`~assay.verify.attack_model.attack_model` for ``query`` (cached: it
+    depends on the query only through whether a final Softmax is dropped)."""
+    key = (id(network), drops_softmax(network, query))
     if key not in _MODELS or _MODELS[key][0] is not network:
-        model = network.to_torch().to(torch.float32)
-        for parameter in model.parameters():
-            parameter.requires_grad_(False)
-        _MODELS.clear()  # keep one model: the verifier works on one network at a time
-        _MODELS[key] = (network, model)
+        if any(held is not network for held, _ in _MODELS.values()):
+            _MODELS.clear()  # keep one network's models: the verifier works on one network at a time
+        _MODELS[key] = (network, attack_model(network, query, torch.float32))
     return _MODELS[key][1]
