@@ -27,7 +27,7 @@ from assay.bounds.rules import registered_layers, rule_for
 from assay.errors import UnsupportedOperatorError
 from assay.nn.layers import Add, AvgPool2d, Conv2d, Flatten, Linear, MaxPool2d, ReLU, Reshape
 from assay.nn.network import Network
-from assay.nn.sparse import is_sparse_weight, sparse_linear, to_csr
+from assay.nn.sparse import csr_from, is_sparse_weight, nonzeros, sparse_linear
 
 # the ReLU-network layers the engine lowers to its own stages; any other layer (assay.nn.ops) is
 # bounded through its registered rule (assay.bounds.rules), and one without a rule ends a bound
@@ -51,8 +51,13 @@ class SparseWeights:
 
     @classmethod
     def of(cls, weight: torch.Tensor) -> SparseWeights:
-        return cls(to_csr(weight), to_csr(weight.abs()), to_csr(weight.clamp(min=0)), to_csr(weight.clamp(max=0)),
-                   to_csr(weight.t()), to_csr(weight.abs().t()))
+        rows, cols, values = nonzeros(weight)
+        shape = tuple(weight.shape)
+        order = torch.argsort(cols, stable=True)  # the transpose's row-major order
+        rows_t, cols_t, values_t = cols[order], rows[order], values[order]
+        return cls(csr_from(rows, cols, values, shape), csr_from(rows, cols, values.abs(), shape),
+                   csr_from(rows, cols, values.clamp(min=0), shape), csr_from(rows, cols, values.clamp(max=0), shape),
+                   csr_from(rows_t, cols_t, values_t, shape[::-1]), csr_from(rows_t, cols_t, values_t.abs(), shape[::-1]))
 
 
 @dataclass(frozen=True, eq=False)

@@ -30,13 +30,26 @@ def is_sparse_weight(weight: torch.Tensor) -> bool:
     return int(torch.count_nonzero(weight)) <= SPARSE_MAX_DENSITY * weight.numel()
 
 
-def to_csr(weight: torch.Tensor) -> torch.Tensor:
-    """The CSR form of a dense 2-D matrix (same dtype, same values)."""
+def csr_from(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    """A CSR matrix of ``shape`` with ``values`` at (``rows``, ``cols``), given in row-major order."""
     import warnings
 
-    with warnings.catch_warnings():  # torch calls its CSR support "beta"; products are exact sums
+    crow = torch.zeros(shape[0] + 1, dtype=torch.int64)
+    crow[1:] = torch.bincount(rows, minlength=shape[0]).cumsum(0)
+    with warnings.catch_warnings():  # torch calls its CSR support "beta"
         warnings.simplefilter("ignore", UserWarning)
-        return weight.detach().contiguous().to_sparse_csr()
+        return torch.sparse_csr_tensor(crow, cols, values, shape, dtype=values.dtype)
+
+
+def nonzeros(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(rows, cols, values) of a 2-D matrix's nonzero entries, in row-major order."""
+    rows, cols = weight.detach().nonzero(as_tuple=True)
+    return rows, cols, weight.detach()[rows, cols]
+
+
+def to_csr(weight: torch.Tensor) -> torch.Tensor:
+    """The CSR form of a dense 2-D matrix (same dtype, exactly its nonzero values)."""
+    return csr_from(*nonzeros(weight), tuple(weight.shape))
 
 
 def sparse_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
