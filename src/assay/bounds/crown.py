@@ -84,7 +84,7 @@ def _affine_scale(stage, bounds) -> torch.Tensor:
     batch (one batch-1 pass instead of one per domain; a larger m only loosens the term)."""
     m = _magnitude(*bounds[stage.sources[0]]).amax(0, keepdim=True)
     big = torch.finfo(m.dtype).max
-    return stage.forward(m, stage.abs_weight, None).nan_to_num(nan=big, posinf=big)
+    return stage.forward_abs(m).nan_to_num(nan=big, posinf=big)
 
 
 def _bias_magnitudes(stage) -> torch.Tensor:

@@ -69,7 +69,7 @@ def _affine(stage: AffineStage, f: _LinearFunctions, input_magnitude) -> _Linear
         reshape = lambda t, lead: t.reshape(*t.shape[:lead], *stage.out_shape)  # noqa: E731
         return _LinearFunctions(reshape(f.a_lo, 2), reshape(f.c_lo, 1), reshape(f.e_lo, 1),
                                 reshape(f.a_hi, 2), reshape(f.c_hi, 1), reshape(f.e_hi, 1))
-    positive, negative = stage.weight.clamp(min=0), stage.weight.clamp(max=0)
+    positive, negative = stage.signed_weights()
     u = unit_roundoff(f.c_lo.dtype)
     gamma = 2.0 * (2 * stage.fan + 4) * u
     a_lo = _apply(stage, f.a_lo, positive) + _apply(stage, f.a_hi, negative)
@@ -78,7 +78,7 @@ def _affine(stage: AffineStage, f: _LinearFunctions, input_magnitude) -> _Linear
     c_hi = stage.forward(f.c_hi, positive, stage.bias) + stage.forward(f.c_lo, negative)
     # Errors: the inherited budgets through |W|, plus this step's rounding of coefficients and
     # constants (each entry is a sum of at most 2·fan products) over the domain.
-    absolute = stage.abs_weight
+    absolute = stage.abs_weight if stage.sparse is None else stage.sparse.abs_weight
     rounding = gamma * (stage.forward(f.magnitude(input_magnitude), absolute, stage.bias.abs()))
     e_lo = (stage.forward(f.e_lo, positive) - stage.forward(f.e_hi, negative)) * (1 + gamma) + rounding
     e_hi = (stage.forward(f.e_hi, positive) - stage.forward(f.e_lo, negative)) * (1 + gamma) + rounding

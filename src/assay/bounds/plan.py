@@ -27,12 +27,37 @@ from assay.bounds.rules import registered_layers, rule_for
 from assay.errors import UnsupportedOperatorError
 from assay.nn.layers import Add, AvgPool2d, Conv2d, Flatten, Linear, MaxPool2d, ReLU, Reshape
 from assay.nn.network import Network
+from assay.nn.sparse import csr_from, is_sparse_weight, nonzeros, sparse_linear
 
 # the ReLU-network layers the engine lowers to its own stages; any other layer (assay.nn.ops) is
 # bounded through its registered rule (assay.bounds.rules), and one without a rule ends a bound
 # method in one UnsupportedOperatorError naming it
 BOUND_RULE_LAYERS = (Linear, Conv2d, ReLU, AvgPool2d, MaxPool2d, Flatten, Reshape, Add)
 SUPPORTED = ", ".join(layer.__name__ for layer in BOUND_RULE_LAYERS)
+
+
+@dataclass(frozen=True, eq=False)
+class SparseWeights:
+    """CSR forms of a large, mostly-zero dense layer's weight maps (see :mod:`assay.nn.sparse`):
+    ``W``, ``|W|``, ``W⁺ = max(W, 0)``, ``W⁻ = min(W, 0)`` (out, in) and the transposes of ``W`` and
+    ``|W|`` (in, out) for backward maps. Each holds exactly the dense matrix's values."""
+
+    weight: torch.Tensor
+    abs_weight: torch.Tensor
+    positive: torch.Tensor
+    negative: torch.Tensor
+    weight_t: torch.Tensor
+    abs_weight_t: torch.Tensor
+
+    @classmethod
+    def of(cls, weight: torch.Tensor) -> SparseWeights:
+        rows, cols, values = nonzeros(weight)
+        shape = tuple(weight.shape)
+        order = torch.argsort(cols, stable=True)  # the transpose's row-major order
+        rows_t, cols_t, values_t = cols[order], rows[order], values[order]
+        return cls(csr_from(rows, cols, values, shape), csr_from(rows, cols, values.abs(), shape),
+                   csr_from(rows, cols, values.clamp(min=0), shape), csr_from(rows, cols, values.clamp(max=0), shape),
+                   csr_from(rows_t, cols_t, values_t, shape[::-1]), csr_from(rows_t, cols_t, values_t.abs(), shape[::-1]))
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,12 +80,20 @@ class AffineStage:
     # MaxPool). It runs as one ungrouped convolution over `shared_groups` times the batch, which
     # torch does far faster than a grouped one; every weight passed to it must be tiled alike.
     shared_groups: int = 0
+    # CSR forms of a large sparse linear stage's weights (:func:`assay.nn.sparse.is_sparse_weight`):
+    # the maps below use them unless given another weight; `weight`/`abs_weight` stay dense.
+    sparse: SparseWeights | None = None
 
     # ---------------------------------------------------------------- forward maps
     def forward(self, x: torch.Tensor, weight=None, bias=None) -> torch.Tensor:
-        weight = self.weight if weight is None else weight
         if self.kind == "linear":
+            if weight is None and self.sparse is not None:
+                weight = self.sparse.weight
+            weight = self.weight if weight is None else weight
+            if weight.layout == torch.sparse_csr:
+                return sparse_linear(x, weight, bias)
             return F.linear(x, weight, bias)
+        weight = self.weight if weight is None else weight
         if self.kind == "conv":
             c = self.conv
             if self.shared_groups:
@@ -73,11 +106,18 @@ class AffineStage:
         return x.reshape(x.shape[0], *self.out_shape)
 
     def forward_bias(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward(x, self.weight, self.bias)
+        return self.forward(x, None, self.bias)
 
     def forward_abs(self, x: torch.Tensor) -> torch.Tensor:
         """``|W| x`` (no bias)."""
-        return self.forward(x, self.abs_weight, None)
+        return self.forward(x, self.abs_weight if self.sparse is None else self.sparse.abs_weight, None)
+
+    def signed_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(W⁺, W⁻)``, the positive and negative parts of the weight, for :meth:`forward`
+        (CSR for a sparse stage)."""
+        if self.sparse is not None:
+            return self.sparse.positive, self.sparse.negative
+        return self.weight.clamp(min=0), self.weight.clamp(max=0)
 
     def forward_ones(self, x: torch.Tensor) -> torch.Tensor:
         """``1 x``: the sum of ``x`` over each output's receptive field (weight-perturbation radius)."""
@@ -90,6 +130,8 @@ class AffineStage:
     # ---------------------------------------------------------------- backward maps
     def backward(self, A: torch.Tensor, weight=None) -> torch.Tensor:
         """``A W``: A of shape (B, S, *out_shape) to (B, S, *in_shape)."""
+        if weight is None and self.sparse is not None:
+            return sparse_linear(A, self.sparse.weight_t)
         weight = self.weight if weight is None else weight
         batch, rows = A.shape[:2]
         if self.kind == "linear":
@@ -113,6 +155,8 @@ class AffineStage:
         return A.reshape(batch, rows, *self.in_shape)
 
     def backward_abs(self, A: torch.Tensor) -> torch.Tensor:
+        if self.sparse is not None:
+            return sparse_linear(A, self.sparse.abs_weight_t)
         return self.backward(A, self.abs_weight)
 
     def bias_term(self, A: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -272,8 +316,9 @@ def _maxpool_stage(network: Network, index: int, layer, dtype) -> MaxPoolStage:
 def _linear_stage(network: Network, index: int, layer, dtype) -> AffineStage:
     reads = network.sources[index]
     weight, bias = network.parameters_as(index, dtype)
+    sparse = SparseWeights.of(weight) if is_sparse_weight(weight) else None
     return AffineStage(index, "linear", network.shapes[reads[0]], network.shapes[index + 1], weight, bias, weight.abs(),
-                       None, max(weight.shape), True, reads)
+                       None, max(weight.shape), True, reads, sparse=sparse)
 
 
 def _conv_stage(network: Network, index: int, layer, dtype) -> AffineStage:

@@ -22,6 +22,7 @@ from assay.nn.layers import (
     arity,
 )
 from assay.nn.ops.base import Operator
+from assay.nn.sparse import SparseLinear, is_sparse_weight
 
 __all__ = ["Network"]
 
@@ -267,7 +268,9 @@ class Network:
     def _torch_modules(self) -> list[torch.nn.Module]:
         modules = []
         for layer in self.layers:
-            if isinstance(layer, Linear):
+            if isinstance(layer, Linear) and is_sparse_weight(layer.weight):
+                module = SparseLinear(layer.weight.to(torch.float64), layer.bias.to(torch.float64))
+            elif isinstance(layer, Linear):
                 module = torch.nn.Linear(layer.weight.shape[1], layer.weight.shape[0], dtype=torch.float64)
                 module.weight.data.copy_(layer.weight)
                 module.bias.data.copy_(layer.bias)

@@ -42,6 +42,53 @@ from assay.verify.search import BoundedBranches, Branches, LeafDecision, SearchS
 # refutes early, and the best bound over all iterations is kept.
 _ALPHA_OPTIONS = AlphaCrownOptions(iterations=5, lr=0.3)
 
+
+
+@dataclass
+class AlphaLedger:
+    """Whether α-CROWN still pays for itself in one input-splitting search.
+
+    α-CROWN costs about a CROWN pass per box it is given, and earns only the boxes it refutes
+    that CROWN left open. The ledger counts both (halved every round, so recent rounds count
+    most) and keeps α on while it refutes at least :attr:`min_rate` of the boxes it is given;
+    otherwise the search bounds by CROWN alone and re-tries α on a sample of
+    :attr:`sample` open boxes every :attr:`retry_every` rounds. On ACAS Xu α refutes ~95 % of
+    the boxes CROWN leaves open and stays on; on networks where it refutes almost none, it would
+    double the cost of every round. Soundness does not depend on it (either bound is sound).
+    """
+
+    min_rate: float = 1 / 8
+    sample: int = 32
+    retry_every: int = 8
+    tried: float = 0.0
+    refuted: float = 0.0
+    rounds: int = 0
+
+    @property
+    def active(self) -> bool:
+        """Whether α-CROWN currently earns its cost (True before any evidence)."""
+        return self.tried == 0 or self.refuted >= self.min_rate * self.tried
+
+    def choose(self, open_: torch.Tensor) -> torch.Tensor:
+        """The open boxes (a mask over ``open_``'s boxes) to give α-CROWN this round: all of them
+        while :attr:`active`, else every :attr:`retry_every`-th round a sample spread evenly over
+        them, else none."""
+        self.rounds += 1
+        if self.active:
+            return open_
+        chosen = torch.zeros_like(open_)
+        if self.rounds % self.retry_every == 0:
+            where = open_.nonzero().flatten()
+            picks = torch.linspace(0, where.numel() - 1, min(self.sample, where.numel())).round().long()
+            chosen[where[picks]] = True
+        return chosen
+
+    def record(self, tried: int, refuted: int) -> None:
+        """α-CROWN was given ``tried`` boxes that CROWN left open and refuted ``refuted`` of them."""
+        self.tried = self.tried / 2 + tried
+        self.refuted = self.refuted / 2 + refuted
+
+
 # Below this relative width a box is not split further: bounds cannot be trusted to tighten.
 _MIN_RELATIVE_WIDTH = 1e-10
 
@@ -101,6 +148,7 @@ class InputSplitting:
         self._engine = {"weight_perturbation": weight_perturbation, "fixed_layers": fixed_layers}
         self._root = root
         self._grids: dict = {}
+        self.ledger = AlphaLedger()
         self._full_width = (query.upper - query.lower).clamp(min=1e-30)
         # ReluVal's smear walks ReLU networks and affine general operators (the others have no
         # gradient rule yet)
@@ -118,7 +166,8 @@ class InputSplitting:
             result, group_upper, self._root = self._root.result, self._root.group_upper, None
         else:
             result, group_upper = bound_boxes(self.network, query, lower, upper, branches.parents, self.method,
-                                               self.dtype, stats, self._grids, deadline, **self._engine)
+                                               self.dtype, stats, self._grids, deadline, ledger=self.ledger,
+                                               **self._engine)
             # Fixed layers hold for the first round only: children tighten every layer on their box.
             self._engine = {**self._engine, "fixed_layers": 0}
         best_row = row_to_refine(result.upper, query.groups)
@@ -210,7 +259,7 @@ def bound_root(network: Network, query: UnsafeQuery, *, method: str, dtype: str,
 
 
 def bound_boxes(network, query, lower, upper, parents, method, dtype, stats, grids, deadline=None,
-                weight_perturbation=None, fixed_layers=0, refine_intermediate=True):
+                weight_perturbation=None, fixed_layers=0, refine_intermediate=True, ledger: AlphaLedger | None = None):
     """Bound the unsafe rows on boxes (B, n); returns (BoundsResult-like, group upper bounds (B, G)).
 
     A child box lies inside its parent, so the parent's pre-activation bounds hold on it:
@@ -219,7 +268,8 @@ def bound_boxes(network, query, lower, upper, parents, method, dtype, stats, gri
     pre-activation bounds just computed: on ACAS Xu 3_3 property 2 it refutes ~95 % of the
     boxes CROWN leaves open, at about the cost of the CROWN pass itself, where each open box
     would otherwise cost two children. ``refine_intermediate=False``: the parents' bounds stand
-    as given (see :func:`~assay.bounds.compute_bounds`).
+    as given (see :func:`~assay.bounds.compute_bounds`). With a ``ledger``, α-CROWN is given only
+    the open boxes the ledger chooses (:class:`AlphaLedger`), and its outcome is recorded there.
     """
     shape = network.input_shape
     first = "crown" if method == "alpha" else method
@@ -245,6 +295,8 @@ def bound_boxes(network, query, lower, upper, parents, method, dtype, stats, gri
     # A conjunction is unreachable on a box when max_x min_i row_i(x) < 0 there.
     group_upper = _conjunction_upper(result, lower, upper, query.groups, grids)
     open_ = ~(group_upper < 0).all(1)
+    if method == "alpha" and ledger is not None and open_.any():
+        open_ = ledger.choose(open_)
     if method != "alpha" or not open_.any():
         return result, group_upper
     sub_lower, sub_upper = lower[open_], upper[open_]
@@ -256,6 +308,8 @@ def bound_boxes(network, query, lower, upper, parents, method, dtype, stats, gri
     )
     stats.bound_calls += 1
     tighter_group = torch.minimum(group_upper[open_], _conjunction_upper(tighter, sub_lower, sub_upper, query.groups, grids))
+    if ledger is not None:
+        ledger.record(int(open_.sum()), int((tighter_group < 0).all(1).sum()))
     group_upper = group_upper.clone()
     group_upper[open_] = tighter_group
     return _replace_rows(result, tighter, open_), group_upper

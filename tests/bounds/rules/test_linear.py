@@ -47,3 +47,37 @@ def test_the_convolution_transpose_is_the_vector_jacobian_product(case):
     got, = rule_for(layer).transpose(layer, G, [in_shape])
     assert got.shape == expected.shape
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+
+
+def _direct_cases():
+    """Constant matrix products (both sides, vectors and stacked samples), element-wise affine
+    maps that broadcast their input, and sums/differences of broadcast tensors."""
+    g = torch.Generator().manual_seed(2)
+    r = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64)  # noqa: E731
+    yield ops.ConstMatMul(r(6, 4)), [(6,)]
+    yield ops.ConstMatMul(r(6, 4)), [(3, 6)]
+    yield ops.ConstMatMul(r(4, 6), constant_first=True), [(6,)]
+    yield ops.ConstMatMul(r(4, 6), constant_first=True), [(6, 3)]
+    yield ops.ConstMatMul(r(6), constant_first=False), [(3, 6)]  # no direct form: the fallback
+    yield ops.Affine(r(3, 5), r(5)), [(3, 1)]
+    yield ops.Affine(r(5), r(3, 5)), [(5,)]
+    yield ops.Affine(r(1), torch.zeros(())), [(2, 5)]
+    yield ops.Binary("Add"), [(3, 5), (5,)]
+    yield ops.Binary("Sub"), [(3, 1), (3, 5)]
+    yield ops.Binary("Sub"), [(4,), (4,)]
+
+
+@pytest.mark.parametrize("case", list(_direct_cases()), ids=lambda case: type(case[0]).__name__)
+def test_direct_transposes_are_the_vector_jacobian_product(case):
+    layer, in_shapes = case
+    rule = rule_for(layer)
+    out = layer.forward(*[torch.zeros(5, *shape, dtype=torch.float64) for shape in in_shapes])
+    G = torch.randn(*out.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    expected = rule.vjp_transpose(layer, G, in_shapes)
+    got = rule.transpose(layer, G, in_shapes)
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    if not (isinstance(layer, ops.ConstMatMul) and layer.matrix.ndim == 1):
+        assert rule.direct_transpose(layer, G, in_shapes) is not None  # the direct form was used

@@ -73,9 +73,22 @@ class LinearRule:
     def transpose(self, layer, G: torch.Tensor, in_shapes) -> tuple[torch.Tensor, ...]:
         """``Lᵀ G`` per input for G (N, *out_shape): torch's vector-Jacobian product, exact for
         any affine map (subclasses may give a direct transpose, e.g. a convolution's adjoint)."""
+        direct = self.direct_transpose(layer, G, in_shapes)
+        if direct is not None and all(tuple(t.shape) == (G.shape[0], *shape) for t, shape in zip(direct, in_shapes)):
+            return direct
+        return self.vjp_transpose(layer, G, in_shapes)
+
+    def vjp_transpose(self, layer, G: torch.Tensor, in_shapes) -> tuple[torch.Tensor, ...]:
+        """``Lᵀ G`` by torch's vector-Jacobian product (the Jacobian of an affine map is ``L``)."""
         zeros = [torch.zeros(G.shape[0], *shape, dtype=G.dtype) for shape in in_shapes]
         _, pull = vjp(layer.forward, *zeros)
         return pull(G)
+
+    def direct_transpose(self, layer, G: torch.Tensor, in_shapes) -> tuple[torch.Tensor, ...] | None:
+        """``Lᵀ G`` computed directly (one product, no autograd), or None where this rule has no
+        direct form for the layer; :meth:`transpose` falls back to the vector-Jacobian product
+        then, and also when the result's shapes are not the inputs' shapes."""
+        return None
 
     # ------------------------------------------------------------------ the uniform interface
     def forward_interval(self, layer, inputs):
@@ -126,9 +139,28 @@ class LinearRule:
         return tuple(p.reshape(batch, rows, *p.shape[1:]) for p in pull(G.reshape(batch * rows, *G.shape[2:])))
 
     def _constant(self, layer, like: list[torch.Tensor]) -> torch.Tensor:
-        """``f(0, …, 0)`` (1, *out_shape): the constant part of the map."""
-        zeros = [torch.zeros(1, *t.shape[1:], dtype=t.dtype) for t in like]
-        return layer.forward(*zeros)
+        """``f(0, …, 0)`` (1, *out_shape): the constant part of the map (computed once per layer,
+        dtype and input shapes)."""
+        cache = self.__dict__.setdefault("_constants", weakref.WeakKeyDictionary())
+        key = (like[0].dtype, tuple(tuple(t.shape[1:]) for t in like))
+        per_layer = cache.setdefault(layer, {})
+        if key not in per_layer:
+            with torch.no_grad():
+                per_layer[key] = layer.forward(*[torch.zeros(1, *shape, dtype=key[0]) for shape in key[1]])
+        return per_layer[key]
+
+
+def _unbroadcast(G: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor | None:
+    """``G`` (N, *out) summed over the dimensions along which an input of shape (N, *shape) was
+    broadcast (right-aligned, as torch broadcasts) to the output: (N, *shape), or None where
+    ``shape`` has more dimensions than the output."""
+    out = tuple(G.shape[1:])
+    if len(shape) > len(out):
+        return None
+    aligned = (1,) * (len(out) - len(shape)) + tuple(shape)
+    dims = [1 + i for i, (a, o) in enumerate(zip(aligned, out)) if a == 1 and o != 1]
+    summed = G.sum(dim=dims, keepdim=True) if dims else G
+    return summed.reshape(G.shape[0], *shape)
 
 
 @register(Slice, Transpose, Concat)
@@ -191,6 +223,10 @@ class SumRule(LinearRule):
     def fan(self, layer, in_shapes, out_shape) -> int:
         return 2 + max(math.prod(out_shape) // max(1, math.prod(s)) for s in in_shapes)
 
+    def direct_transpose(self, layer, G, in_shapes):
+        sign = 1.0 if layer.kind == "Add" else -1.0
+        return _unbroadcast(G, in_shapes[0]), _unbroadcast(G * sign, in_shapes[1])
+
 
 @register(Affine)
 class AffineRule(LinearRule):
@@ -202,6 +238,9 @@ class AffineRule(LinearRule):
     def fan(self, layer, in_shapes, out_shape) -> int:
         return 2 + math.prod(out_shape) // max(1, math.prod(in_shapes[0]))
 
+    def direct_transpose(self, layer, G, in_shapes):
+        return (_unbroadcast(G * layer.scale.to(G.dtype), in_shapes[0]),)
+
 
 @register(ConstMatMul)
 class ConstMatMulRule(LinearRule):
@@ -212,6 +251,17 @@ class ConstMatMulRule(LinearRule):
 
     def fan(self, layer, in_shapes, out_shape) -> int:
         return max(layer.matrix.shape) + 2
+
+    def direct_transpose(self, layer, G, in_shapes):
+        matrix = layer.matrix.to(G.dtype)
+        (in_shape,) = in_shapes
+        if matrix.ndim != 2 or len(in_shape) < 1:
+            return None
+        if not layer.constant_first:  # y = x M: x̄ = ȳ Mᵀ
+            return (torch.matmul(G, matrix.T),) if G.ndim >= 2 else None
+        if len(in_shape) == 1:  # y = x Mᵀ (a vector per sample): x̄ = ȳ M
+            return (torch.matmul(G, matrix),)
+        return (torch.matmul(matrix.T, G),)  # y = M x: x̄ = Mᵀ ȳ
 
 
 @register(Conv)
