@@ -25,7 +25,7 @@ def _binarised(softmax: bool = True) -> Network:
     """x ∈ R^8 → h = sign(sign(x − 0.7) + 0.1) → y = (Σ h, 7) [→ softmax]. y0 ≥ y1 iff every
     x_i > 0.7 (Σ h = 8): a corner of the box [0, 1]^8 that sampling rarely hits (0.3^8)."""
     layers = [
-        Linear(torch.eye(N), torch.full((N,), -THRESHOLD)),
+        Linear(torch.eye(N), torch.full((N,), -THRESHOLD, dtype=torch.float64)),
         Sign(),
         Affine(torch.ones(N), torch.full((N,), 0.1)),
         Sign(),
@@ -63,12 +63,30 @@ def test_the_attack_models_forward_pass_is_the_networks_exactly():
     x = torch.as_tensor(rng.uniform(size=(64, N)))
     x[0] = THRESHOLD  # every pre-activation exactly 0: sign(0) = 0, then sign(0.1) = 1
     x[1, :4] = THRESHOLD
+    assert (network.tensors(x)[1][0] == 0).all()
     with torch.no_grad():
         assert torch.equal(model(x), network.forward(x))
+        # every tensor, not only the output (the larq pattern maps sign(0) = 0 and 1 alike to 1)
+        values, tensors = x, network.tensors(x)
+        for index, module in enumerate(model):
+            values = module(values)
+            assert torch.equal(values, tensors[index + 1]), f"layer {index}"
     # float32 too: the attack reads the margin of the float32 network
     model32 = attack_model(network, query, torch.float32)
     with torch.no_grad():
         assert torch.equal(model32(x.to(torch.float32)), network.forward(x, dtype="float32"))
+
+
+def test_a_bare_sign_keeps_sign_0_equal_to_0():
+    """sign(W x + b) read by a Linear directly: sign(0) = 0 (ONNX), not ±1, in the attack model too."""
+    network = Network((Linear(torch.eye(N), torch.full((N,), -THRESHOLD, dtype=torch.float64)), Sign(),
+                       Linear(torch.ones(1, N), torch.zeros(1))), (N,))
+    query = _query(network, [1.0], [0.0])
+    x = torch.full((1, N), THRESHOLD, dtype=torch.float64)
+    x[0, 0] = 1.0
+    with torch.no_grad():
+        assert float(network.forward(x)[0, 0]) == 1.0
+        assert torch.equal(attack_model(network, query, torch.float64)(x), network.forward(x))
 
 
 def test_with_softmax_kept_the_forward_pass_is_the_networks_and_dropped_it_is_the_logits():
