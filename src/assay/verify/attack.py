@@ -67,9 +67,13 @@ def pgd(
     Differentiates :func:`~assay.verify.attack_model.attack_model` (exact forward values; on a
     binarised network, surrogate gradients through its ``Sign`` layers; the margin read may be
     that of the logits where the query only compares outputs of a final Softmax).
-    Runs in float32 for speed (the caller re-checks in float64). Stops early at ``deadline``,
-    and once a point that float32 puts in the unsafe set truly violates (the float64 check of
-    :func:`confirm`): that point is then its start's result, whatever its float32 margin.
+    Runs in float32 for speed (the caller re-checks in float64). Stops early at ``deadline``.
+    On a binarised network (each step costs a pass through large convolutions, and the margin
+    moves in jumps) it also stops once a point that float32 puts in the unsafe set truly
+    violates with a float64 margin > 0 (the check of :func:`confirm`, ties excluded: the
+    competition's checker recomputes in float32): that point is then its start's result,
+    whatever its float32 margin. Elsewhere the steps go on, so that the point returned lies
+    deeper in the unsafe set than the first one reached (further from rounding's reach).
     Returns the best point per start and its float32 margin.
     """
     model = _float32_model(network, query)
@@ -79,6 +83,7 @@ def pgd(
     x = starts.to(torch.float32).clone().clamp(lo, hi).requires_grad_(True)
     best_x = x.detach().clone()
     best = torch.full((x.shape[0],), -torch.inf)
+    stop_early = has_sign(network)
     for step in range(steps):
         if deadline is not None and deadline.passed():
             break
@@ -89,9 +94,10 @@ def pgd(
             best = torch.where(better, value, best)
             best_x[better] = x[better]
             candidates = value >= 0
-            if candidates.any():
+            if stop_early and candidates.any():
                 truly = torch.zeros_like(candidates)
-                truly[candidates] = _checked(network, query, x[candidates])[2]
+                _, y64, violating = _checked(network, query, x[candidates])
+                truly[candidates] = violating & (query.group_margin(y64 @ query.C.T + query.d) > 0)
                 if truly.any():
                     best_x[truly], best[truly] = x[truly], value[truly]
                     break
