@@ -122,7 +122,9 @@ def test_root_refutation_is_never_contradicted_by_sampling_and_skips_the_search(
                                   Deadline.after(30), batch_size=1024, stats=root_stats)
         assert reused.status == fresh.status and root_stats.domains == fresh_stats.domains
         result = verify(network, box, unsafe=unsafe, timeout=30)
-        assert result.stats.attacks == (0 if refuted else 1)
+        # no attack when the root's bounds refute the query; otherwise the verifier's own attack
+        # (and the search's probes on long searches) ran
+        assert (result.stats.attacks == 0) == refuted
         if refuted:
             assert result.status.value == "holds"
         outcomes.append(refuted)

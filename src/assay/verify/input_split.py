@@ -165,8 +165,11 @@ class InputSplitting:
         if self._root is not None and branches.parents is None and len(branches) == 1:
             result, group_upper, self._root = self._root.result, self._root.group_upper, None
         else:
+            # The first round (no parents: the query's box, as bound_root bounds it) gives α every
+            # open box, so that a search started from bound_root's result is the same search.
+            ledger = self.ledger if branches.parents is not None else None
             result, group_upper = bound_boxes(self.network, query, lower, upper, branches.parents, self.method,
-                                               self.dtype, stats, self._grids, deadline, ledger=self.ledger,
+                                               self.dtype, stats, self._grids, deadline, ledger=ledger,
                                                **self._engine)
             # Fixed layers hold for the first round only: children tighten every layer on their box.
             self._engine = {**self._engine, "fixed_layers": 0}
