@@ -81,6 +81,8 @@ def compute_bounds(
     return_linear: bool = False,
     deadline: float | None = None,
     alphas: Sequence[torch.Tensor | None] | None = None,
+    intermediate_only: bool = False,
+    enough: float | None = None,
 ) -> BoundsResult:
     """Sound bounds of ``C · f(x) + d`` over a batch of input domains.
 
@@ -143,6 +145,18 @@ def compute_bounds(
             (B, S, *layer shape) or None per ReLU layer, e.g. a parent domain's
             ``BoundsResult.alphas`` in branch and bound (any values are sound; they are
             clamped to [0, 1]). The result's ``alphas`` are the slopes of its bounds.
+        intermediate_only: for a caller that needs only the result's ``intermediate`` bounds
+            (e.g. to pass them to a later call): the rows get interval bounds over the output's
+            bounds instead of the method's own pass (CROWN's backward walk, α/β's optimisation),
+            which is skipped. The intermediate bounds are the same as without it; the rows'
+            bounds are sound, only looser. Not with ``return_linear``.
+        enough: for ``"alpha"``/``"beta"`` with ``sides`` "lower" or "upper": the bound the caller
+            needs. The optimisation stops early once every domain has a row whose bound is past
+            it (``lower > enough``, resp. ``upper < enough``) or is empty: a domain refuted by
+            one row of its conjunction needs no tighter bounds. With a ``draft_dtype`` the draft's
+            verdict is confirmed in the call's dtype before stopping (the optimisation goes on if
+            the confirmed bounds fall short). The bounds returned are sound either way; a domain
+            not past ``enough`` keeps all the iterations. None (default): every iteration runs.
 
     Returns:
         :class:`BoundsResult` with ``lower``/``upper`` of shape (B, S).
@@ -176,6 +190,16 @@ def compute_bounds(
         raise OptionError(f"intermediate_method='alpha' optimises slopes: it needs method 'alpha' or 'beta', not {method!r}")
     if objective is not None and not spec_of_method.optimised:
         raise OptionError("an `objective` is only used by the optimised methods 'alpha' and 'beta'")
+    if intermediate_only and return_linear:
+        raise OptionError("intermediate_only skips the rows' linear bounds: it cannot return_linear")
+    if enough is not None:
+        if not spec_of_method.optimised:
+            raise OptionError(f"`enough` stops an optimisation early: it needs method 'alpha' or 'beta', not {method!r}")
+        if sides == "both":
+            raise OptionError("`enough` is a bound on one side: give sides='lower' or sides='upper'")
+        enough = float(enough)
+        if math.isnan(enough):
+            raise OptionError("`enough` must be a number, not NaN")
 
     with torch.no_grad():
         known: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -258,7 +282,7 @@ def compute_bounds(
 
     rows_lower, rows_upper = _sided_rows(C, d, sides)
     linear, optimised_alphas = None, None
-    if not spec_of_method.linear:
+    if not spec_of_method.linear or intermediate_only:
         out_lower, out_upper = bounds[-1]
         lo, hi = _interval_rows(C, d, out_lower, out_upper)
         result_lower = lo if sides != "upper" else torch.full_like(lo, -torch.inf)
@@ -294,6 +318,16 @@ def compute_bounds(
                     raise OptionError(f"alphas has {len(alphas)} entries; the network has "
                                       f"{len(plan.relu_positions)} ReLU layers")
                 initial = {p: a for p, a in zip(plan.relu_positions, alphas) if a is not None}
+            target = None
+            if enough is not None:
+                # The optimised rows are the lower rows, or the upper rows negated; the rows'
+                # rounding (below) moves the bounds by `slack` afterwards, so the target includes it.
+                slack = _spec_rounding(spec_change, *bounds[-1])
+                target = enough if sides == "lower" else -enough
+                target = torch.full((batch, stacked_C.shape[1]), target, dtype=torch.float64)
+                if slack is not None:
+                    target = target + slack
+                target = (target, infeasible)
             best, back, margin, iterations, slopes = optimize_bounds(
                 plan, stacked_C, stacked_d, bounds, center, radius,
                 deltas=deltas, split_signs=signs_for_beta, iterations=options.iterations,
@@ -301,6 +335,7 @@ def compute_bounds(
                 objective=objective, to_linear=to_linear, deadline=deadline, relax=relax,
                 initial_alphas=initial,
                 draft_dtype=None if options.draft_dtype is None else resolve_dtype(options.draft_dtype),
+                enough=target,
             )
             optimised_alphas = tuple(slopes.get(p) for p in plan.relu_positions)
         stats["iterations"] = iterations

@@ -46,6 +46,7 @@ def optimize_bounds(
     initial_alphas: dict[int, torch.Tensor] | None = None,
     target: int | None = None,
     draft_dtype: torch.dtype | None = None,
+    enough: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, Backward, torch.Tensor, int, dict[int, torch.Tensor]]:
     """Maximise the lower bound of each row of ``C · f(x) + d`` over α (and β where split).
 
@@ -69,6 +70,13 @@ def optimize_bounds(
             alone give the returned bounds. On CPU a float32 step costs about half a float64
             one; float32 bounds with their rounding terms are looser by ~10⁻² on CIFAR
             networks (oval21 cifar_base: 0.112 against 0.096), the drafted ones are not.
+        enough: ``(target (B, S), settled (B,) bool)``: the iterations stop once every domain is
+            settled or has a row whose sound lower bound exceeds its target (see
+            :func:`_past`), the starting point included. In a draft, the draft's bounds of each
+            domain's best iterate only propose the stop: it is taken when the bounds of those
+            iterates in ``plan``'s dtype (the ones returned) confirm it, and the iterations go
+            on otherwise (the next proposal is considered after as many iterations again as
+            were done, so that failed confirmations cost a bounded share). None: all iterations.
     Returns:
         (best lower (B, S) elementwise over iterations, Backward at the best objective per
         domain, its margin, iterations run, the α of that Backward per ReLU position — and,
@@ -107,12 +115,12 @@ def optimize_bounds(
         best_back, best_lower, best_margin = exact(alphas, betas)
         best_score = objective(to_linear(best_back, best_margin), best_lower)
         best_alphas = {p: a.detach().clone() for p, a in alphas.items()}
-    if not (alphas or betas) or iterations == 0:
+    if not (alphas or betas) or iterations == 0 or _past(best_lower, enough):
         return best_lower, best_back, best_margin, 0, best_alphas
     if draft_dtype is not None and draft_dtype != plan.dtype:
         return _drafted(plan, target, C, d, bounds, deltas, split_signs, center, radius, relax, alphas, betas,
                         iterations, lr_alpha, lr_beta, lr_decay, objective, to_linear, deadline, draft_dtype,
-                        exact, (best_back, best_lower, best_margin, best_score))
+                        exact, (best_back, best_lower, best_margin, best_score), enough)
 
     done = 0
     for back, lower, margin, score in _adam_steps(alphas, betas, exact, objective, to_linear, iterations,
@@ -126,6 +134,10 @@ def optimize_bounds(
                 best_back = _select(improved, back, best_back)
                 best_margin = torch.where(improved.unsqueeze(1), margin.detach(), best_margin)
                 _keep_improved(best_alphas, alphas, improved)
+        if done < iterations and _past(best_lower, enough):
+            # every iterate is bounded in plan's dtype: these bounds are the ones returned (after
+            # the last iteration the final iterate is bounded as without `enough`)
+            return best_lower, best_back, best_margin, done, best_alphas
     with torch.no_grad():
         back, lower, margin = exact(alphas, betas)
         best_lower = torch.maximum(best_lower, lower)
@@ -135,6 +147,15 @@ def optimize_bounds(
         best_margin = torch.where(improved.unsqueeze(1), margin, best_margin)
         _keep_improved(best_alphas, alphas, improved)
     return best_lower, best_back, best_margin, done, best_alphas
+
+
+def _past(lower: torch.Tensor, enough: tuple[torch.Tensor, torch.Tensor] | None) -> bool:
+    """Whether every domain is settled or has a row whose lower bound (B, S) exceeds its target
+    (``enough`` as for :func:`optimize_bounds`; None: never)."""
+    if enough is None:
+        return False
+    target, settled = enough
+    return bool(((lower.detach().to(target.dtype) > target).any(1) | settled).all())
 
 
 def _evaluator(plan, target, C, d, bounds, deltas, relaxations, scales, center, radius, split_signs,
@@ -157,14 +178,15 @@ def _evaluator(plan, target, C, d, bounds, deltas, relaxations, scales, center, 
 
 
 def _drafted(plan, target, C, d, bounds, deltas, split_signs, center, radius, relax, alphas, betas, iterations,
-             lr_alpha, lr_beta, lr_decay, objective, to_linear, deadline, draft_dtype, exact, start):
+             lr_alpha, lr_beta, lr_decay, objective, to_linear, deadline, draft_dtype, exact, start, enough=None):
     """:func:`optimize_bounds` iterating in ``draft_dtype``: Adam on copies of α and β in it, the
     draft walks skip rounding terms (they only rank iterates); each domain's best draft iterate
     is then bounded by ``exact`` (``plan``'s dtype, rounding charged) and kept where it beats
     the start ``(back, lower, margin, score)``. Only ``exact``'s values are returned. The slopes
     returned are each domain's best draft iterate, also where the start's Backward is kept: they
     only warm-start later calls (any slope in [0, 1] is sound), and the best draft is the better
-    start on the rows the draft improved."""
+    start on the rows the draft improved. With ``enough``, the draft bounds of the kept iterates
+    propose a stop and ``exact``'s bounds of them confirm it (see :func:`optimize_bounds`)."""
     cast = lambda t: t.to(draft_dtype)  # noqa: E731
     draft_plan = plan_for(plan.network, draft_dtype)
     draft_bounds = [(cast(lower), cast(upper)) for lower, upper in bounds]
@@ -175,16 +197,34 @@ def _drafted(plan, target, C, d, bounds, deltas, split_signs, center, radius, re
     betas = {p: cast(b.detach()).requires_grad_(True) for p, b in betas.items()}
     kept_alphas = {p: a.detach().clone() for p, a in alphas.items()}
     kept_betas = {p: b.detach().clone() for p, b in betas.items()}
-    kept_score = None
-    done = 0
-    for _, _, _, score in _adam_steps(alphas, betas, draft, objective, to_linear, iterations,
-                                      lr_alpha, lr_beta, lr_decay, deadline):
+    kept_score = kept_lower = None
+    done, next_proposal = 0, 1
+    for _, draft_lower, _, score in _adam_steps(alphas, betas, draft, objective, to_linear, iterations,
+                                                lr_alpha, lr_beta, lr_decay, deadline):
         done += 1
         with torch.no_grad():
             improved = score > kept_score if kept_score is not None else torch.ones_like(score, dtype=torch.bool)
             kept_score = score if kept_score is None else torch.where(improved, score, kept_score)
+            draft_lower = draft_lower.detach()
+            kept_lower = draft_lower if kept_lower is None else torch.where(improved.unsqueeze(1), draft_lower,
+                                                                            kept_lower)
             _keep_improved(kept_alphas, alphas, improved)
             _keep_improved(kept_betas, betas, improved, low=0.0, high=None)
+        if done >= next_proposal and done < iterations and _past(kept_lower, enough):
+            # The draft proposes to stop: its kept iterates are bounded in plan's dtype (the
+            # bounds that would be returned anyway) and the stop is taken only if those confirm it.
+            confirmed = _exact_of_kept(plan, exact, objective, to_linear, start, kept_alphas, kept_betas)
+            if _past(confirmed[0], enough):
+                return (*confirmed[:3], done, confirmed[3])
+            next_proposal = 2 * done
+    final = _exact_of_kept(plan, exact, objective, to_linear, start, kept_alphas, kept_betas)
+    return (*final[:3], done, final[3])
+
+
+def _exact_of_kept(plan, exact, objective, to_linear, start, kept_alphas, kept_betas):
+    """The draft's kept iterates bounded by ``exact``, each domain's better of them and the start
+    ``(back, lower, margin, score)``: (back, lower, margin, slopes), as :func:`_drafted` returns
+    them (less the iteration count)."""
     best_back, best_lower, best_margin, best_score = start
     with torch.no_grad():
         back, lower, margin = exact({p: a.to(plan.dtype) for p, a in kept_alphas.items()},
@@ -195,7 +235,7 @@ def _drafted(plan, target, C, d, bounds, deltas, split_signs, center, radius, re
         best_back = _select(improved, back, best_back)
         best_margin = torch.where(improved.unsqueeze(1), margin, best_margin)
         best_alphas = {p: a.to(plan.dtype) for p, a in kept_alphas.items()}
-    return best_lower, best_back, best_margin, done, best_alphas
+    return best_lower, best_back, best_margin, best_alphas
 
 
 def _adam_steps(alphas, betas, evaluate, objective, to_linear, iterations, lr_alpha, lr_beta, lr_decay, deadline):

@@ -80,7 +80,10 @@ def conjunction_searches(network: Network, query: UnsafeQuery, *, dtype: str = "
     (:func:`assay.verify.lp_refine.row_upper_bounds`), which its cuts make tighter than α-CROWN.
     """
     start = None if not tighten else tighten[0][0].root_bounds.intermediate
-    shared = _root_bounds(network, query, query.C, query.d, dtype, deadline, start, refined)
+    # One conjunction: its search needs no tighter root bounds once one row is refuted (with
+    # several, each conjunction needs a refuted row of its own, which `enough` cannot say).
+    shared = _root_bounds(network, query, query.C, query.d, dtype, deadline, start, refined,
+                          refute=query.num_groups == 1)
     if pooled_upper is None and not tighten:
         pooled_upper = pooled_upper_bounds(network, query, dtype, deadline)
     if pooled_upper is not None:
@@ -101,6 +104,16 @@ def conjunction_searches(network: Network, query: UnsafeQuery, *, dtype: str = "
         strategy = ReluSplitting(network, query, query.C[rows], query.d[rows], dtype=dtype, root_bounds=root)
         searches.append((strategy, strategy.root()))
     return searches
+
+
+def conjunction_strategies(network: Network, query: UnsafeQuery, *, dtype: str = "float64") -> list[ReluSplitting]:
+    """One :class:`ReluSplitting` per conjunction of the query, without root bounds: for a caller
+    that only searches from domains it has bounded itself (online verification's kept leaves),
+    never from the root. :func:`conjunction_searches` builds the same strategies and also bounds
+    the root once by α-CROWN (with the pooled twin and the root LP), work such a caller would
+    discard; a strategy built here bounds a root domain it is given itself."""
+    return [ReluSplitting(network, query, query.C[query.groups == g], query.d[query.groups == g], dtype=dtype)
+            for g in range(query.num_groups)]
 
 
 def _lp_bounded_open_rows(network, query, shared, refined: IntermediateBounds, deadline: Deadline | None):
@@ -126,14 +139,17 @@ def _upwards(bounds: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _root_bounds(network, query, C, d, dtype, deadline: Deadline | None, tighten: IntermediateBounds | None = None,
-                 refined: IntermediateBounds | None = None):
+                 refined: IntermediateBounds | None = None, refute: bool = True):
+    """α-CROWN upper bounds of the rows (C, d) on the query's whole box; ``refute``: the rows
+    are one conjunction, so the optimisation may stop once one of them is negative."""
     box = query.lower.reshape(1, *network.input_shape), query.upper.reshape(1, *network.input_shape)
     refine = {} if tighten is None else {"intermediate": tighten, "intermediate_method": "alpha"}
     if refined is not None:
         refine = {"intermediate": refined, "refine_intermediate": False}
     return compute_bounds(network, box, spec=(C, d), method="alpha", dtype=dtype, sides="upper",
                           options=AlphaCrownOptions(iterations=20), return_linear=True,
-                          deadline=None if deadline is None else deadline.at, **refine)
+                          deadline=None if deadline is None else deadline.at, enough=0.0 if refute else None,
+                          **refine)
 
 
 def pooled_upper_bounds(network: Network, query: UnsafeQuery, dtype: str = "float64",
@@ -279,23 +295,25 @@ class ReluSplitting:
                         self.network, box, spec=(self.C, self.d), method="beta", dtype=REFINE_DTYPE,
                         sides="upper", splits=splits, intermediate=parents, refine_intermediate=True,
                         fixed_layers=fixed, intermediate_method="alpha", alphas=alphas,
-                        options=INTERMEDIATE_BETA_OPTIONS, deadline=deadline.at).intermediate
+                        options=INTERMEDIATE_BETA_OPTIONS, deadline=deadline.at, intermediate_only=True).intermediate
                 result = compute_bounds(
                     self.network, box, spec=(self.C, self.d), method="beta", dtype=self.dtype, sides="upper",
                     splits=splits, intermediate=parents, refine_intermediate=False, alphas=alphas,
-                    options=self._decide_options, return_linear=True, deadline=deadline.at)
+                    options=self._decide_options, return_linear=True, deadline=deadline.at, enough=0.0)
             else:
                 if refine and REFINE_DTYPE != self.dtype:
                     # The later layers re-bounded by CROWN in the cheaper dtype (the costly part of
                     # a round); its rounding widens them a little, and the β pass keeps its own dtype.
                     parents = compute_bounds(self.network, box, spec=(self.C, self.d), method="crown",
                                              dtype=REFINE_DTYPE, sides="upper", splits=splits, intermediate=parents,
-                                             fixed_layers=fixed, deadline=deadline.at).intermediate
+                                             fixed_layers=fixed, deadline=deadline.at,
+                                             intermediate_only=True).intermediate
                     refine, fixed = False, 0
+                # A domain is closed by one negative row: the optimisation stops once all are.
                 result = compute_bounds(
                     self.network, box, spec=(self.C, self.d), method="beta", dtype=self.dtype, sides="upper",
                     splits=splits, intermediate=parents, refine_intermediate=refine, fixed_layers=fixed,
-                    alphas=alphas, options=self._options, return_linear=True, deadline=deadline.at)
+                    alphas=alphas, options=self._options, return_linear=True, deadline=deadline.at, enough=0.0)
         stats.bound_calls += 1
         stats.domains += count
         closed = (result.upper < 0).any(1)

@@ -36,7 +36,7 @@ from assay.verify.deadline import Deadline
 from assay.verify.online.geometry import contains, enlarge
 from assay.verify.online.leaves import check_current, stale_rows, unbounded_rows, versions_like
 from assay.verify.problem import UnsafeQuery
-from assay.verify.relu_split import conjunction_searches
+from assay.verify.relu_split import conjunction_searches, conjunction_strategies
 from assay.verify.result import VerificationStatus
 from assay.verify.search import Branches, SearchOutcome, SearchState, SearchStats, branch_and_bound
 
@@ -126,16 +126,18 @@ class ReluTree:
         leaves (see the module docstring). ``prior_version`` is the version of the last step's
         network (``changed``: its first Linear/Conv2d layer that differs from ``network``, or None);
         ``domain_changed``: X(t) differs from the last step's box."""
-        pairs = conjunction_searches(network, query)
+        # Only the strategies: every search below starts from kept leaves (bounded here), never
+        # from the root, so the root's α-CROWN bounds would be discarded.
+        strategies = conjunction_strategies(network, query)
         network_same = version == prior_version
         self.version = version
-        if len(pairs) != len(self.searches):
+        if len(strategies) != len(self.searches):
             raise AssertionError("the kept searches do not match the query's conjunctions")  # a bug
         acc = self.options.accelerations
-        budget = max(1, self.options.max_leaves // len(pairs))
+        budget = max(1, self.options.max_leaves // len(strategies))
         reused = recomputed = resplit = 0
         updated: list[ReluLeaves] = []
-        for (strategy, _), leaves in zip(pairs, self.searches):
+        for strategy, leaves in zip(strategies, self.searches):
             # What an early stop of an earlier step left proved for an older network is bounded anew.
             leaves = leaves.expired(prior_version)
             branches = leaves.branches
