@@ -414,3 +414,41 @@ def test_bad_input_is_a_clear_error():
         online.update(weights=[(torch.zeros(12, 3), torch.zeros(12))])
     with pytest.raises(SpecError, match="same layers"):
         online.update(network=random_network(9, widths=(3, 8, 2)))
+
+
+def test_a_relu_leaves_step_bounds_no_root_and_searches_each_conjunction_with_its_rows(monkeypatch):
+    """A step over kept ReLU-splitting leaves searches from those leaves only: it must not pay for
+    the root's α-CROWN bounds (the costly part of building a search), and each conjunction's
+    strategy carries that conjunction's rows (as the searches built with root bounds do)."""
+    from assay.verify import relu_split
+    from assay.verify.problem import from_unsafe
+    from assay.verify.relu_split import conjunction_searches, conjunction_strategies
+
+    # two conjunctions: y_0 ≥ t or y_1 ≥ t' is unsafe
+    network = random_network(21, widths=(3, 10, 10, 2))
+    start = box(-0.5 * np.ones(3), 0.5 * np.ones(3))
+    y = network.forward(torch.as_tensor(np.random.default_rng(0).uniform(-0.5, 0.5, (20_000, 3))))
+    top = y.max(0).values
+    unsafe = OutputSpec((HalfSpaces(torch.tensor([[-1.0, 0.0]], dtype=torch.float64), torch.tensor([-(float(top[0]) + 0.3)])),
+                         HalfSpaces(torch.tensor([[0.0, -1.0]], dtype=torch.float64), torch.tensor([-(float(top[1]) + 0.3)]))))
+    query = from_unsafe(network, start, unsafe)[0]
+    assert query.num_groups == 2
+    built = conjunction_searches(network, query)
+    plain = conjunction_strategies(network, query)
+    assert len(plain) == len(built) == 2
+    for strategy, (reference, _) in zip(plain, built):
+        assert torch.equal(strategy.C, reference.C) and torch.equal(strategy.d, reference.d)
+        assert strategy.root_bounds is None and reference.root_bounds is not None
+    online = OnlineVerifier(network, start, unsafe=unsafe, accelerations="bmi,bmw", strategy="relu", max_leaves=64)
+    assert online.steps[0].status is HOLDS
+
+    def no_root(*args, **kwargs):
+        raise AssertionError("a step over kept leaves bounded the root")
+
+    monkeypatch.setattr(relu_split, "_root_bounds", no_root)
+    moved = box(-0.45 * np.ones(3), 0.55 * np.ones(3))
+    step = online.update(moved)
+    assert step.status is HOLDS
+    monkeypatch.undo()
+    reference = verify(network, moved, unsafe=unsafe, timeout=60, attack_restarts=0, strategy="relu")
+    assert reference.status is HOLDS
