@@ -117,10 +117,8 @@ class _SurrogateSignFunction(torch.autograd.Function):
         return grad * (1 - torch.tanh(x / tau) ** 2) / tau
 
 
-class _StraightSignFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(x):
-        return torch.sign(x)
+class _StraightSignFunction(_SurrogateSignFunction):
+    """The same exact forward pass; the gradient passes through unchanged."""
 
     @staticmethod
     def setup_context(ctx, inputs, output):
