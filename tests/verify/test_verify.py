@@ -191,7 +191,10 @@ def test_a_search_past_its_memory_limit_stops_unknown_not_out_of_memory():
     tight = verify(network, box(n, radius), unsafe=unsafe, timeout=60, strategy="relu", attack_restarts=0,
                    memory_limit=1e-6)  # about a kilobyte: the root's two children already exceed it
     assert tight.status is VerificationStatus.UNKNOWN and tight.stats.domains <= 3, tight
-    roomy = verify(network, box(n, radius), unsafe=unsafe, timeout=3, strategy="relu", attack_restarts=0)
+    for seconds in (3, 15):  # the longer run only where a loaded machine spent the 3 s on the root
+        roomy = verify(network, box(n, radius), unsafe=unsafe, timeout=seconds, strategy="relu", attack_restarts=0)
+        if roomy.stats.domains > 3:
+            break
     assert roomy.status in (VerificationStatus.HOLDS, VerificationStatus.TIMEOUT) and roomy.stats.domains > 3, roomy
     with pytest.raises(OptionError, match="memory_limit"):
         VerifyOptions(memory_limit=0)
