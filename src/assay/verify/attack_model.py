@@ -30,10 +30,9 @@ from __future__ import annotations
 
 import torch
 
+from assay.bounds.rules import rule_for
 from assay.nn.network import Network
-from assay.nn.ops.activation import Sign
 from assay.nn.ops.arith import Affine
-from assay.nn.ops.softmax import Softmax
 from assay.verify.problem import UnsafeQuery
 
 __all__ = ["attack_model", "has_sign", "drops_softmax", "sign_roles", "SURROGATE_SCALE"]
@@ -42,9 +41,15 @@ __all__ = ["attack_model", "has_sign", "drops_softmax", "sign_roles", "SURROGATE
 SURROGATE_SCALE = 0.25
 
 
+def _needs_surrogate(layer) -> bool:
+    """Whether the registry's rule of ``layer`` asks the attack for a surrogate gradient (``Sign``)."""
+    rule = rule_for(layer)
+    return rule is not None and rule.attack_gradient == "surrogate"
+
+
 def has_sign(network: Network) -> bool:
     """True when some layer of ``network`` is a ``Sign`` (a binarised network)."""
-    return any(isinstance(layer, Sign) for layer in network.layers)
+    return any(_needs_surrogate(layer) for layer in network.layers)
 
 
 def sign_roles(network: Network) -> dict[int, str]:
@@ -52,13 +57,13 @@ def sign_roles(network: Network) -> dict[int, str]:
     outer ``Sign`` of ``Sign → Affine → Sign`` (each reading the one before), else ``"surrogate"``."""
     roles = {}
     for index, layer in enumerate(network.layers):
-        if not isinstance(layer, Sign):
+        if not _needs_surrogate(layer):
             continue
         roles[index] = "surrogate"
         (read,) = network.sources[index]
         if read >= 1 and isinstance(network.layers[read - 1], Affine):
             (inner,) = network.sources[read - 1]
-            if inner >= 1 and isinstance(network.layers[inner - 1], Sign):
+            if inner >= 1 and _needs_surrogate(network.layers[inner - 1]):
                 roles[index] = "straight"
     return roles
 
@@ -67,7 +72,10 @@ def drops_softmax(network: Network, query: UnsafeQuery) -> bool:
     """True when the attack may drop the network's final ``Softmax``: it is the last layer, it
     normalises the whole output (one group of every output), and every row of the query is a
     pure difference of two outputs (one +1, one −1, zeros elsewhere) with offset 0."""
-    if not network.layers or not isinstance(network.layers[-1], Softmax):
+    if not network.layers:
+        return False
+    rule = rule_for(network.layers[-1])
+    if rule is None or not rule.keeps_order:
         return False
     shape = network.output_shape
     if shape[network.layers[-1].axis] != network.output_size:

@@ -106,6 +106,12 @@ class ElementwiseRule:
 
     parameters: ClassVar[int] = 0
     linear: ClassVar[bool] = False
+    # For the attack (assay.verify.attack_model): "surrogate" when the operator's gradient is zero
+    # almost everywhere and PGD must differentiate a smooth stand-in; "exact" otherwise.
+    attack_gradient: ClassVar[str] = "exact"
+    # True when the operator keeps the order of its inputs along its axis (y_i ≥ y_j iff
+    # x_i ≥ x_j), so that a comparison of two outputs can be read before it.
+    keeps_order: ClassVar[bool] = False
 
     def interval(self, layer, lower: torch.Tensor, upper: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
@@ -179,6 +185,12 @@ class MultiInputRule:
 
     parameters: ClassVar[int] = 0
     linear: ClassVar[bool] = False
+    # For the attack (assay.verify.attack_model): "surrogate" when the operator's gradient is zero
+    # almost everywhere and PGD must differentiate a smooth stand-in; "exact" otherwise.
+    attack_gradient: ClassVar[str] = "exact"
+    # True when the operator keeps the order of its inputs along its axis (y_i ≥ y_j iff
+    # x_i ≥ x_j), so that a comparison of two outputs can be read before it.
+    keeps_order: ClassVar[bool] = False
 
     def interval(self, layer, inputs) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError

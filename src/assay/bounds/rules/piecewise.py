@@ -332,6 +332,8 @@ class SignRule(_PiecewiseRule):
     The lower line is free where ``l ≤ 0 < u`` (slopes from 0 up to the chord from the lowest
     value at 0 to (u, 1)), the upper line where ``l < 0 ≤ u``."""
 
+    attack_gradient = "surrogate"  # piecewise constant: zero gradient almost everywhere
+
     def pieces(self, layer):
         return (_Piece(-math.inf, 0.0, 0.0, -1.0, end_open=True), _Piece(0.0, 0.0, 0.0, 0.0),
                 _Piece(0.0, math.inf, 0.0, 1.0, start_open=True))

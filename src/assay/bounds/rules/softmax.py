@@ -148,6 +148,7 @@ class SoftmaxRule(MultiInputRule):
     """Softmax over ``layer.axis`` of one sample (module docstring)."""
 
     parameters: ClassVar[int] = 1
+    keeps_order: ClassVar[bool] = True  # exp is increasing and the denominator is shared
 
     def interval(self, layer, inputs):
         (lower, upper), = inputs
