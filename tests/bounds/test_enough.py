@@ -154,3 +154,33 @@ def test_enough_is_checked():
         compute_bounds(network, (lower, upper), method="crown", sides="upper", enough=0.0)
     with pytest.raises(OptionError, match="NaN"):
         compute_bounds(network, (lower, upper), method="alpha", sides="upper", enough=float("nan"))
+
+
+def test_a_draft_stop_that_the_exact_bounds_do_not_confirm_is_not_taken(monkeypatch):
+    """The float32 draft proposes a stop; the stop is taken only if the bounds in the network's
+    dtype of the same iterates are past the threshold too. Here those bounds are made to fall
+    short (every exact evaluation 1.0 worse): the optimisation keeps all its iterations, and
+    the bound returned is the exact one, short of the threshold."""
+    import assay.bounds.optimize as optimize
+
+    network, lower, upper, _ = _problem(2, batch=1)
+    spec = torch.zeros(1, 4, dtype=torch.float64)
+    spec[0, 0] = 1.0
+    options = _options("alpha", "float32")
+    kwargs = dict(spec=spec, method="alpha", sides="upper", options=options)
+    start = compute_bounds(network, (lower, upper), **{**kwargs, "options": AlphaCrownOptions(iterations=0)})
+    full = compute_bounds(network, (lower, upper), **kwargs)
+    threshold = float(start.upper + full.upper) / 2
+    assert float(full.upper) < threshold < float(start.upper), "the test proves little"
+    assert compute_bounds(network, (lower, upper), enough=threshold, **kwargs).stats["iterations"] < ITERATIONS
+
+    exact_of_kept = optimize._exact_of_kept
+
+    def short_of_the_draft(*args):
+        lower_bound, *rest = exact_of_kept(*args)
+        return (lower_bound - 1.0, *rest)
+
+    monkeypatch.setattr(optimize, "_exact_of_kept", short_of_the_draft)
+    refused = compute_bounds(network, (lower, upper), enough=threshold, **kwargs)
+    assert refused.stats["iterations"] == ITERATIONS
+    assert float(refused.upper) >= threshold
