@@ -88,7 +88,7 @@ def test_input_splitting_with_hybrid_bounds_decides_a_generator_on_both_sides(mo
 
     chosen = []
 
-    def hybrid(plan):
+    def hybrid(plan, inputs=None):
         chosen.append("hybrid")
         return "hybrid"
 

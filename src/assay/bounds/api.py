@@ -10,7 +10,7 @@ import torch
 
 from assay._validate import check_choice
 from assay.bounds.crown import Backward, backsubstitute, concretize, rounding_scales
-from assay.bounds.forward import MAX_FORWARD_INPUTS, cut_tensors, forward_bounds
+from assay.bounds.forward import MAX_FORWARD_INPUTS, cut_tensors, forward_bounds, varying_inputs
 from assay.bounds.ibp import cast_outward, center_radius, interval_pass
 from assay.bounds.methods import METHODS, bound_method
 from assay.bounds.optimize import Objective, optimize_bounds
@@ -240,10 +240,11 @@ def compute_bounds(
                                                                                                              "hybrid"):
             if deltas:
                 raise OptionError("intermediate_method='forward' does not support weight_perturbation; use 'crown'")
-            if network.input_size > MAX_FORWARD_INPUTS:
+            varying = varying_inputs(lower, upper)[0].numel()
+            if varying > MAX_FORWARD_INPUTS:
                 raise OptionError(
-                    f"intermediate_method='forward' is meant for networks with few inputs (at most "
-                    f"{MAX_FORWARD_INPUTS}); {network.source} has {network.input_size}: use 'crown'"
+                    f"intermediate_method='forward' is meant for boxes with few varying inputs (at most "
+                    f"{MAX_FORWARD_INPUTS}); the boxes given for {network.source} vary {varying}: use 'crown'"
                 )
             interval = bounds
 

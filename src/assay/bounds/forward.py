@@ -213,15 +213,16 @@ class Cut:
     tensors bounded after it must cross it, so coefficients reaching it are all it needs."""
 
     tensor: int
-    functions: _LinearFunctions  # (B, n_in, *shape) coefficients, (B, *shape) constants and budgets
-    input_magnitude: torch.Tensor  # (B, n_in): max |x| over each domain
+    functions: _LinearFunctions  # (B, k, *shape) coefficients on the k varying inputs, (B, *shape) constants, budgets
+    input_magnitude: torch.Tensor  # (B, k): max |x| of the varying inputs over each domain
     input_shape: tuple[int, ...]
+    columns: torch.Tensor  # (k,): the flat indices of the varying inputs (see forward_bounds)
 
     def select(self, members: torch.Tensor) -> Cut:
         """The cut for the domains ``members`` (an index tensor)."""
         f = self.functions
         picked = _LinearFunctions(*(t[members] for t in (f.a_lo, f.c_lo, f.e_lo, f.a_hi, f.c_hi, f.e_hi)))
-        return Cut(self.tensor, picked, self.input_magnitude[members], self.input_shape)
+        return Cut(self.tensor, picked, self.input_magnitude[members], self.input_shape, self.columns)
 
     def substitute(self, A: torch.Tensor, rounding: bool = True):
         """For coefficients ``A`` (B, S, *shape) on the tensor z: ``(A_x, offset, owed)`` with
@@ -236,13 +237,17 @@ class Cut:
         vector = lambda t: t.reshape(batch, -1, 1)  # noqa: E731
         A_x = positive.matmul(coefficients(f.a_lo)) + negative.matmul(coefficients(f.a_hi))
         offset = (positive.matmul(vector(f.c_lo - f.e_lo)) + negative.matmul(vector(f.c_hi + f.e_hi))).squeeze(-1)
+        # coefficients on the fixed inputs are 0: their values are part of the constants
+        full = A_x.new_zeros(batch, rows, math.prod(self.input_shape))
+        full[:, :, self.columns] = A_x
+        A_x = full.reshape(batch, rows, *self.input_shape)
         if not rounding:
-            return A_x.reshape(batch, rows, *self.input_shape), offset, torch.zeros_like(offset)
+            return A_x, offset, torch.zeros_like(offset)
         with torch.no_grad():
             terms = flat.shape[-1] + self.input_magnitude.shape[1] + 8
             scale = f.magnitude(self.input_magnitude) + f.e_lo + f.e_hi
             owed = gamma(terms, A.dtype) * flat.detach().abs().matmul(vector(scale)).squeeze(-1)
-        return A_x.reshape(batch, rows, *self.input_shape), offset, owed
+        return A_x, offset, owed
 
 
 def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, keep=(),
@@ -262,15 +267,19 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
     """
     plan.require_no_maxpool("forward linear bounds (intermediate_method='forward')")
     batch = lower.shape[0]
-    n = lower[0].numel()
     dtype = lower.dtype
-    flat_lower, flat_upper = lower.reshape(batch, n), upper.reshape(batch, n)
+    columns, fixed = varying_inputs(lower, upper)
+    n = columns.numel()
+    flat_lower, flat_upper = lower.reshape(batch, -1)[:, columns], upper.reshape(batch, -1)[:, columns]
     center = (flat_lower + flat_upper) / 2
     radius = torch.maximum(flat_upper - center, center - flat_lower) * (1 + 4 * unit_roundoff(dtype))
     input_magnitude = torch.maximum(flat_lower.abs(), flat_upper.abs())
-    identity = torch.eye(n, dtype=dtype).expand(batch, n, n).reshape(batch, n, *lower.shape[1:])
+    # One coefficient per varying input; an input no domain lets vary is its value, a constant.
+    identity = torch.zeros(batch, n, lower[0].numel(), dtype=dtype)
+    identity[:, torch.arange(n), columns] = 1.0
+    identity = identity.reshape(batch, n, *lower.shape[1:])
     zeros = torch.zeros_like(lower)
-    functions = {0: _LinearFunctions(identity, zeros, zeros, identity, zeros, zeros)}
+    functions = {0: _LinearFunctions(identity, fixed, zeros, identity, fixed, zeros)}
     result = {}
 
     def concrete(tensor):  # the tensor's bounds (after clamp), kept for the caller
@@ -293,11 +302,28 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
             f = _affine(stage, functions[stage.sources[0]], input_magnitude)
         functions[position + 1] = f
         if position + 1 in keep and cuts is not None:
-            cuts[position + 1] = Cut(position + 1, f, input_magnitude, tuple(lower.shape[1:]))
+            cuts[position + 1] = Cut(position + 1, f, input_magnitude, tuple(lower.shape[1:]), columns)
         for source in stage.sources:  # free what no later stage reads (the tensors are large)
             if plan.last_use[source] == position:
                 functions.pop(source, None)
     return result
+
+
+def varying_inputs(lower: torch.Tensor, upper: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inputs that forward linear bounds give a coefficient: ``(columns, fixed)`` for boxes
+    ``lower``/``upper`` (B, *input_shape). ``columns`` (k,): the flat indices of the inputs whose
+    interval has positive width in some box (at least one index, so that every tensor keeps its
+    shape); ``fixed`` (B, *input_shape): every other input's value (its lower bound, which equals
+    its upper bound in every box), 0 at the columns. A VNN-LIB property that fixes most inputs
+    (nn4sys' cardinality queries let 1 or 2 of 154 vary) then costs its varying inputs only."""
+    batch = lower.shape[0]
+    flat_lower, flat_upper = lower.reshape(batch, -1), upper.reshape(batch, -1)
+    varies = (flat_upper != flat_lower).any(0)
+    if not bool(varies.any()):
+        varies[0] = True
+    columns = varies.nonzero().flatten()
+    fixed = torch.where(varies, torch.zeros_like(flat_lower), flat_lower).reshape(lower.shape)
+    return columns, fixed
 
 
 def cut_tensors(plan: Plan) -> list[int]:
@@ -327,7 +353,7 @@ def backward_refinement_cost(plan: Plan) -> int:
     return sum(2 * sizes[t] * prefix[t] for t in set(plan.relu_positions) | set(plan.operator_inputs))
 
 
-def intermediate_method_for(plan: Plan) -> str:
+def intermediate_method_for(plan: Plan, inputs: int | None = None) -> str:
     """``"hybrid"`` (forward linear bounds, then CROWN where its walks are short, see
     :func:`~assay.bounds.compute_bounds`) where backward CROWN bounds of every intermediate
     tensor would cost far more than forward linear bounds, else ``"crown"``.
@@ -338,9 +364,11 @@ def intermediate_method_for(plan: Plan) -> str:
     fraction of a second forwards; a small dense network (ACAS Xu) is cheap either way and keeps
     the tighter backward bounds. Networks with MaxPool stages or more than
     :data:`MAX_FORWARD_INPUTS` inputs always get ``"crown"`` (forward bounds do not take them).
+    ``inputs``: the number of inputs the boxes let vary (:func:`varying_inputs`; default: all
+    the network's), which is what forward bounds cost.
     """
     sizes = [math.prod(shape) for shape in plan.network.shapes]
-    inputs = sizes[0]
+    inputs = sizes[0] if inputs is None else inputs
     if inputs > MAX_FORWARD_INPUTS or plan.has_maxpool:
         return "crown"
     backward = backward_refinement_cost(plan)

@@ -30,7 +30,7 @@ from assay.bounds import (
     intermediate_method_for,
     plan_for,
 )
-from assay.bounds.forward import MAX_FORWARD_INPUTS, backward_refinement_cost
+from assay.bounds.forward import MAX_FORWARD_INPUTS, backward_refinement_cost, varying_inputs
 from assay.nn.layers import ReLU
 from assay.nn.network import Network
 from assay.verify.attack import confirm, pgd
@@ -280,7 +280,7 @@ def bound_boxes(network, query, lower, upper, parents, method, dtype, stats, gri
     # second (cgan: 5 inputs); weight perturbation and fixed layers need the backward pass.
     intermediate_method = "crown"
     if first != "ibp" and weight_perturbation is None and not fixed_layers:
-        intermediate_method = box_intermediate_method(network)
+        intermediate_method = box_intermediate_method(network, varying_inputs(lower, upper)[0].numel())
     if first != "ibp" and refine_intermediate and weight_perturbation is None and not fixed_layers \
             and intermediate_method == "crown" and interval_intermediates(network):
         parents = compute_bounds(network, (lower.reshape(-1, *shape), upper.reshape(-1, *shape)), method="ibp",
@@ -324,29 +324,32 @@ def interval_intermediates(network: Network) -> bool:
     return backward_refinement_cost(plan_for(network, torch.float64)) > INTERVAL_INTERMEDIATE_COST
 
 
-def box_intermediate_method(network: Network) -> str:
+def box_intermediate_method(network: Network, inputs: int | None = None) -> str:
     """How input splitting bounds the intermediate tensors of ``network``'s boxes: ``"forward"``
     for a plain ReLU network whose backward pass would cost far more per box in weights walked
     (see :data:`FORWARD_MIN_COST_RATIO`), else the engine's choice
-    (:func:`assay.bounds.intermediate_method_for`: ``"hybrid"`` or ``"crown"``)."""
+    (:func:`assay.bounds.intermediate_method_for`: ``"hybrid"`` or ``"crown"``). ``inputs``: how
+    many inputs the boxes let vary (default: all), which is what forward bounds cost."""
     plan = plan_for(network, torch.float64)
-    if (network.input_size <= MAX_FORWARD_INPUTS and network.is_relu_network and not plan.has_maxpool):
-        backward, forward = _pass_costs(network)
+    inputs = network.input_size if inputs is None else inputs
+    if (inputs <= MAX_FORWARD_INPUTS and network.is_relu_network and not plan.has_maxpool):
+        backward, forward = _pass_costs(network, inputs)
         if backward >= FORWARD_MIN_BACKWARD_COST and backward >= FORWARD_MIN_COST_RATIO * forward:
             return "forward"
-    return intermediate_method_for(plan)
+    return intermediate_method_for(plan, inputs)
 
 
-def _pass_costs(network: Network) -> tuple[int, int]:
+def _pass_costs(network: Network, inputs: int) -> tuple[int, int]:
     """Estimated multiply-adds per box of the two intermediate passes: backward, every ReLU
-    layer's neurons walked through all the weights before it; forward, every weight once per input."""
+    layer's neurons walked through all the weights before it; forward, every weight once per
+    varying input (``inputs`` of them)."""
     before = backward = 0
     for index, layer in enumerate(network.layers):
         if isinstance(layer, ReLU):
             backward += int(np.prod(network.shapes[index])) * before
         elif getattr(layer, "weight", None) is not None:
             before += layer.weight.numel()
-    return backward, network.input_size * before
+    return backward, inputs * before
 
 
 def _replace_rows(result: BoundsResult, tighter: BoundsResult, where: torch.Tensor) -> BoundsResult:

@@ -29,7 +29,6 @@ from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
-from torch.func import vjp
 
 from assay.bounds.ibp import center_radius
 from assay.bounds.plan import gamma
@@ -38,6 +37,19 @@ from assay.bounds.rules.base import Crossing, dot
 from assay.nn.ops import Affine, Binary, Concat, ConstMatMul, Conv, Gather, Neg, Pad, Reduce, Resize, Slice, Transpose
 
 __all__ = ["LinearRule"]
+
+
+def _pullback(function, zeros: list[torch.Tensor], G: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``Jᵀ G`` per input of ``function`` at the points ``zeros`` (its Jacobian there: ``L`` for an
+    affine map), differentiable in ``G`` where G requires a gradient (α-CROWN differentiates the
+    walk). Plain ``torch.autograd.grad``: ``torch.func.vjp`` imports torch._dynamo on its first
+    use, about 4 s of every process that bounds such a network. An input the output does not
+    read gets zeros."""
+    with torch.enable_grad():
+        points = [z.requires_grad_(True) for z in zeros]
+        out = function(*points)
+        grads = torch.autograd.grad(out, points, G, create_graph=G.requires_grad, allow_unused=True)
+    return tuple(torch.zeros_like(z) if g is None else g for z, g in zip(zeros, grads))
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
@@ -83,8 +95,7 @@ class LinearRule:
     def vjp_transpose(self, layer, G: torch.Tensor, in_shapes) -> tuple[torch.Tensor, ...]:
         """``Lᵀ G`` by torch's vector-Jacobian product (the Jacobian of an affine map is ``L``)."""
         zeros = [torch.zeros(G.shape[0], *shape, dtype=G.dtype) for shape in in_shapes]
-        _, pull = vjp(layer.forward, *zeros)
-        return pull(G)
+        return _pullback(layer.forward, zeros, G)
 
     def direct_transpose(self, layer, G: torch.Tensor, in_shapes) -> tuple[torch.Tensor, ...] | None:
         """``Lᵀ G`` computed directly (one product, no autograd), or None where this rule has no
@@ -137,8 +148,8 @@ class LinearRule:
         a branching score, never a bound."""
         batch, rows = G.shape[:2]
         zeros = [torch.zeros(batch * rows, *shape, dtype=G.dtype) for shape in in_shapes]
-        _, pull = vjp(self.absolute_map(layer), *zeros)
-        return tuple(p.reshape(batch, rows, *p.shape[1:]) for p in pull(G.reshape(batch * rows, *G.shape[2:])))
+        pulled = _pullback(self.absolute_map(layer), zeros, G.reshape(batch * rows, *G.shape[2:]))
+        return tuple(p.reshape(batch, rows, *p.shape[1:]) for p in pulled)
 
     def _constant(self, layer, like: list[torch.Tensor]) -> torch.Tensor:
         """``f(0, …, 0)`` (1, *out_shape): the constant part of the map (computed once per layer,
