@@ -14,7 +14,7 @@ from assay.nn.network import Network
 from assay.verify.attack import from_center, search
 from assay.verify.attack_model import has_sign
 from assay.verify.deadline import Deadline
-from assay.verify.input_split import InputSplitting, bound_root
+from assay.verify.input_split import InputSplitting, bound_root, screen_queries
 from assay.verify.input_split import root_branch as input_root
 from assay.verify.lp_refine import dense_layers, refine_bounds
 from assay.verify.onnx_recheck import confirmed_counterexample
@@ -95,6 +95,12 @@ def verify_vnnlib(network: Network, prop, *, options: VerifyOptions | None = Non
     return _run(network, queries, options, rng, progress)
 
 
+# From this many queries on (input or operator splitting), their boxes are bounded together before
+# any query gets its own attack and root bounds (see screen_queries): below it, those per-query
+# steps cost little and the attack finds violations first.
+SCREEN_MIN_QUERIES = 16
+
+
 def _run(network, queries, options: VerifyOptions, rng, progress) -> VerificationResult:
     require_bound_rules(network)  # before the attack: every answer rests on the bound engine
     # Inputs that the property fixes to one value cost input splitting nothing: count those that vary.
@@ -137,6 +143,14 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
         # the others start branching from these bounds. On a network with general operators
         # (a generator, a transformer) the root's bounds can cost minutes: PGD from the centre
         # goes first, as for ReLU splitting.
+        if len(queries) >= SCREEN_MIN_QUERIES:
+            # Many boxes (a VNN-LIB disjunction): bounded together first, a batch per call; only
+            # the queries that survive get the per-query attack, root bounds and search below.
+            queries = screen_queries(network, queries, method=method, dtype=dtype, stats=stats, deadline=deadline)
+            if queries is None:
+                return finish(VerificationStatus.TIMEOUT)
+            if not queries:
+                return finish(VerificationStatus.HOLDS)
         open_queries = []
         # Many inputs through Sign layers: no bound search on a short deadline (see
         # BINARISED_SEARCH_MIN_SECONDS); input splitting (few inputs) makes every Sign stable on

@@ -262,7 +262,8 @@ def bound_root(network: Network, query: UnsafeQuery, *, method: str, dtype: str,
 
 
 def bound_boxes(network, query, lower, upper, parents, method, dtype, stats, grids, deadline=None,
-                weight_perturbation=None, fixed_layers=0, refine_intermediate=True, ledger: AlphaLedger | None = None):
+                weight_perturbation=None, fixed_layers=0, refine_intermediate=True, ledger: AlphaLedger | None = None,
+                spec=None):
     """Bound the unsafe rows on boxes (B, n); returns (BoundsResult-like, group upper bounds (B, G)).
 
     A child box lies inside its parent, so the parent's pre-activation bounds hold on it:
@@ -273,8 +274,11 @@ def bound_boxes(network, query, lower, upper, parents, method, dtype, stats, gri
     would otherwise cost two children. ``refine_intermediate=False``: the parents' bounds stand
     as given (see :func:`~assay.bounds.compute_bounds`). With a ``ledger``, α-CROWN is given only
     the open boxes the ledger chooses (:class:`AlphaLedger`), and its outcome is recorded there.
+    ``spec``: per-box rows ``(C (B, m, n_out), d (B, m))`` of queries that share ``query``'s
+    conjunctions (its ``groups``), in place of ``query.C``, ``query.d`` (:func:`screen_queries`).
     """
     shape = network.input_shape
+    C, d = (query.C, query.d) if spec is None else spec
     first = "crown" if method == "alpha" else method
     # A generator's images cost minutes of backward CROWN per box, forward bounds a fraction of a
     # second (cgan: 5 inputs); weight perturbation and fixed layers need the backward pass.
@@ -287,7 +291,7 @@ def bound_boxes(network, query, lower, upper, parents, method, dtype, stats, gri
                                  dtype=dtype).intermediate
         refine_intermediate = False
     result = compute_bounds(
-        network, (lower.reshape(-1, *shape), upper.reshape(-1, *shape)), spec=(query.C, query.d),
+        network, (lower.reshape(-1, *shape), upper.reshape(-1, *shape)), spec=(C, d),
         method=first, dtype=dtype, sides="upper", return_linear=True, intermediate=parents,
         refine_intermediate=refine_intermediate, intermediate_method=intermediate_method,
         weight_perturbation=weight_perturbation, fixed_layers=fixed_layers,
@@ -303,8 +307,9 @@ def bound_boxes(network, query, lower, upper, parents, method, dtype, stats, gri
     if method != "alpha" or not open_.any():
         return result, group_upper
     sub_lower, sub_upper = lower[open_], upper[open_]
+    sub_spec = (C, d) if spec is None else (C[open_], d[open_])
     tighter = compute_bounds(
-        network, (sub_lower.reshape(-1, *shape), sub_upper.reshape(-1, *shape)), spec=(query.C, query.d),
+        network, (sub_lower.reshape(-1, *shape), sub_upper.reshape(-1, *shape)), spec=sub_spec,
         method="alpha", dtype=dtype, sides="upper", return_linear=True,
         intermediate=result.intermediate.select(open_), refine_intermediate=False, options=_ALPHA_OPTIONS,
         deadline=None if deadline is None else deadline.at, weight_perturbation=weight_perturbation,
@@ -316,6 +321,56 @@ def bound_boxes(network, query, lower, upper, parents, method, dtype, stats, gri
     group_upper = group_upper.clone()
     group_upper[open_] = tighter_group
     return _replace_rows(result, tighter, open_), group_upper
+
+
+# Queries bounded together by screen_queries: enough to keep each batch's tensors small.
+SCREEN_BATCH = 1024
+# Up to this many varying inputs, a screen bounds intermediate tensors by forward linear bounds.
+_SCREEN_FORWARD_INPUTS = 8
+
+
+def screen_queries(network: Network, queries: list[UnsafeQuery], *, method: str, dtype: str, stats: SearchStats,
+                   deadline: Deadline | None = None) -> list[UnsafeQuery] | None:
+    """The queries whose whole box sound bounds do not refute, bounding many queries' boxes at
+    once (batches of :data:`SCREEN_BATCH`, each box with its own query's rows), as
+    :func:`bound_root` bounds one. None where the deadline passed before every batch was bounded.
+
+    A VNN-LIB property may be a disjunction of thousands of small boxes (nn4sys: lindex's
+    20,000 one-input boxes, mscn's 750–11,080 cardinality queries); bounding them one by one costs
+    a bound call each, where one call bounds a thousand. Queries are batched with others of
+    the same input shape and the same conjunctions (rows per group); each is refuted only by
+    bounds on its own box and rows, as :func:`bound_root` would refute it.
+    """
+    shape = network.input_shape
+    first = "crown" if method == "alpha" else method
+    # A screen is one cheap pass: forward intermediate bounds where the boxes let few inputs vary
+    # (lindex: 1 of 1, mscn: 1–2 of 154; two passes of the network per box), else the boxes' own.
+    plan = plan_for(network, torch.float64)
+    varying = max(int((q.upper > q.lower).sum()) for q in queries)
+    intermediate_method = "crown"
+    if first != "ibp" and varying <= _SCREEN_FORWARD_INPUTS and not plan.has_maxpool:
+        intermediate_method = "forward"
+    by_shape: dict[tuple, list[int]] = {}
+    for number, query in enumerate(queries):
+        by_shape.setdefault((tuple(query.groups.tolist()), query.C.shape[1]), []).append(number)
+    refuted = torch.zeros(len(queries), dtype=torch.bool)
+    for members in by_shape.values():
+        for start in range(0, len(members), SCREEN_BATCH):
+            if deadline is not None and deadline.passed():
+                return None
+            batch = [queries[k] for k in members[start:start + SCREEN_BATCH]]
+            lower = torch.stack([q.lower for q in batch])
+            upper = torch.stack([q.upper for q in batch])
+            spec = (torch.stack([q.C for q in batch]), torch.stack([q.d for q in batch]))
+            result = compute_bounds(network, (lower.reshape(-1, *shape), upper.reshape(-1, *shape)), spec=spec,
+                                    method=first, dtype=dtype, sides="upper", return_linear=True,
+                                    intermediate_method=intermediate_method,
+                                    deadline=None if deadline is None else deadline.at)
+            stats.bound_calls += 1
+            stats.domains += len(batch)
+            group_upper = _conjunction_upper(result, lower, upper, batch[0].groups, {})
+            refuted[members[start:start + SCREEN_BATCH]] = (group_upper < 0).all(1)
+    return [query for query, done in zip(queries, refuted.tolist()) if not done]
 
 
 def interval_intermediates(network: Network) -> bool:

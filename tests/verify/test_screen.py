@@ -1,0 +1,106 @@
+"""Properties that are disjunctions of many small boxes (nn4sys' lindex and mscn queries): the
+verifier bounds the boxes together first (:func:`assay.verify.input_split.screen_queries`), each
+with its own rows, and only the queries those bounds leave open go on.
+
+Thresholds sit just above (1e-4) and just below (1e-5) each box's maximum, which on a box of
+width 1e-3 sampling finds to ~1e-7: a screen may drop a query only when no point of its box is
+unsafe, and must drop most of the clearly safe ones (or it proves nothing)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from assay.sets import read_vnnlib
+from assay.verify import VerificationStatus, verify_vnnlib
+from assay.verify.input_split import screen_queries
+from assay.verify.problem import from_unsafe
+from assay.verify.search import SearchStats
+from tests.verify.networks import random_relu_network
+
+BOXES, WIDTH, FIXED = 24, 1e-3, 0.25
+
+
+def _network(seed):
+    return random_relu_network(seed, widths=(2, 16, 16, 1))
+
+
+def _boxes(seed):
+    """Boxes over input 0 (width 1e-3), input 1 fixed (as most of mscn's inputs are)."""
+    rng = np.random.default_rng(seed)
+    lower = np.stack([rng.uniform(-1, 1, BOXES), np.full(BOXES, FIXED)], 1)
+    upper = lower.copy()
+    upper[:, 0] += WIDTH
+    return torch.as_tensor(lower), torch.as_tensor(upper)
+
+
+def _maxima(network, lower, upper):
+    """Each box's maximum of the output, sampled on a fine grid (exact to ~1e-7 here)."""
+    t = torch.linspace(0, 1, 2001, dtype=torch.float64)
+    x = lower.unsqueeze(1) + t.view(1, -1, 1) * (upper - lower).unsqueeze(1)
+    with torch.no_grad():
+        return network(x.reshape(-1, 2)).reshape(len(lower), -1).amax(1)
+
+
+class _Spec:
+    def __init__(self, C, d):
+        self.conjunctions = tuple(type("Conjunction", (), {"C": c, "d": dd})() for c, dd in zip(C, d))
+
+
+def _queries(network, lower, upper, thresholds, two_rows=()):
+    """Per box: unsafe where y ≥ threshold (one row); boxes in ``two_rows`` get a conjunction of
+    two rows (y ≥ threshold and y ≥ threshold − 1), batched apart from the others."""
+    queries = []
+    for k in range(len(lower)):
+        box = type("Box", (), {"lower": lower[k], "upper": upper[k]})()
+        if k in two_rows:
+            spec = _Spec([torch.tensor([[1.0], [1.0]], dtype=torch.float64)],
+                         [torch.tensor([-thresholds[k], -thresholds[k] + 1.0], dtype=torch.float64)])
+        else:
+            spec = _Spec([torch.tensor([[1.0]], dtype=torch.float64)], [torch.tensor([-thresholds[k]], dtype=torch.float64)])
+        queries += from_unsafe(network, box, spec, k)
+    return queries
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("method", ["crown", "alpha"])
+def test_a_screen_keeps_every_query_with_an_unsafe_point_and_drops_the_safe_ones(seed, method):
+    network = _network(seed)
+    lower, upper = _boxes(seed)
+    peak = _maxima(network, lower, upper)
+    offsets = torch.where(torch.arange(BOXES) % 3 == 0, -1e-5, 1e-4).to(torch.float64)
+    queries = _queries(network, lower, upper, peak + offsets, two_rows={1, 2, 3, 4})
+    kept = {q.index for q in screen_queries(network, queries, method=method, dtype="float64", stats=SearchStats())}
+    unsafe = {k for k in range(BOXES) if offsets[k] < 0}
+    assert unsafe <= kept, f"queries {sorted(unsafe - kept)} have unsafe points but were dropped"
+    wide = _queries(network, lower, upper, peak + 0.05, two_rows={1, 2, 3, 4})
+    left = screen_queries(network, wide, method=method, dtype="float64", stats=SearchStats())
+    assert len(left) <= BOXES // 4, "the screen refutes almost nothing: the test proves little"
+
+
+def _vnnlib(path, lower, upper, thresholds):
+    lines = ["(declare-const X_0 Real)", "(declare-const X_1 Real)", "(declare-const Y_0 Real)", "(assert (or"]
+    for k in range(len(lower)):
+        lines.append(f"  (and (>= X_0 {float(lower[k, 0])!r}) (<= X_0 {float(upper[k, 0])!r}) "
+                     f"(>= X_1 {FIXED!r}) (<= X_1 {FIXED!r}) (>= Y_0 {float(thresholds[k])!r}))")
+    path.write_text("\n".join(lines + ["))"]) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_many_boxes_hold_in_one_batched_call_and_one_unsafe_box_is_found(seed, tmp_path):
+    network = _network(seed)
+    lower, upper = _boxes(seed)
+    peak = _maxima(network, lower, upper)
+    safe = read_vnnlib(_vnnlib(tmp_path / "safe.vnnlib", lower, upper, peak + 0.05), 2, 1)
+    result = verify_vnnlib(network, safe, timeout=60)
+    assert result.status is VerificationStatus.HOLDS
+    thresholds = peak + 0.05
+    thresholds[BOXES - 2] = peak[BOXES - 2] - 1e-5  # one box holds a point above its threshold
+    unsafe = read_vnnlib(_vnnlib(tmp_path / "unsafe.vnnlib", lower, upper, thresholds), 2, 1)
+    result = verify_vnnlib(network, unsafe, timeout=60)
+    assert result.status is VerificationStatus.VIOLATED
+    x = result.counterexample.input.reshape(-1)
+    assert float(lower[BOXES - 2, 0]) <= float(x[0]) <= float(upper[BOXES - 2, 0]) and float(x[1]) == FIXED
+    assert float(network(x.reshape(1, 2))) >= float(thresholds[BOXES - 2])
