@@ -253,3 +253,19 @@ def test_absurdly_deep_nesting_is_an_error_not_a_crash(tmp_path):
     deep = "(and " * 3000 + "(>= Y_0 0)" + ")" * 3000
     with pytest.raises(SpecError, match="nests its formulas too deeply"):
         read_vnnlib(write(tmp_path, BOUNDS + f"(assert {deep})"))
+
+
+def test_the_case_limit_refuses_a_product_of_disjunctions_not_one_long_disjunction(tmp_path, monkeypatch):
+    """Distributing two (or ...) asserts over each other multiplies their cases beyond what the
+    file states (refused past the limit); one (or ...) listing its cases, as nn4sys' lindex_60000
+    lists 120,000, is as large as the file and is read whole."""
+    import assay.sets.vnnlib as vnnlib
+
+    monkeypatch.setattr(vnnlib, "_MAX_CASES", 10)
+    boxes = "".join(f"(and (>= X_0 {k}) (<= X_0 {k + 0.5}) (>= X_1 0) (<= X_1 1) (>= Y_0 {k}))\n" for k in range(12))
+    prop = read_vnnlib(write(tmp_path, f"(assert (or {boxes}))"), num_inputs=2, num_outputs=3)
+    assert len(prop.queries) == 12
+    two = "(assert (or " + " ".join(f"(and (>= X_0 {k}) (<= X_0 {k + 0.5}))" for k in range(4)) + "))\n"
+    two += "(assert (or " + " ".join(f"(and (>= X_1 {k}) (<= X_1 {k + 0.5}))" for k in range(4)) + "))\n"
+    with pytest.raises(SpecError, match="16 cases"):
+        read_vnnlib(write(tmp_path, two + "(assert (>= Y_0 1))", name="two.vnnlib"), num_inputs=2, num_outputs=3)

@@ -104,3 +104,30 @@ def test_many_boxes_hold_in_one_batched_call_and_one_unsafe_box_is_found(seed, t
     x = result.counterexample.input.reshape(-1)
     assert float(lower[BOXES - 2, 0]) <= float(x[0]) <= float(upper[BOXES - 2, 0]) and float(x[1]) == FIXED
     assert float(network(x.reshape(1, 2))) >= float(thresholds[BOXES - 2])
+
+
+def test_a_screen_past_its_deadline_says_so_and_verify_times_out(tmp_path, monkeypatch):
+    """A deadline that passes between the screen's batches: the screen returns None (nothing
+    refuted is claimed) and verify answers TIMEOUT, not an error."""
+    import time
+
+    import assay.verify.input_split as input_split
+    from assay.verify.deadline import Deadline
+
+    network = _network(0)
+    lower, upper = _boxes(0)
+    peak = _maxima(network, lower, upper)
+    queries = _queries(network, lower, upper, peak + 0.05)
+    assert screen_queries(network, queries, method="crown", dtype="float64", stats=SearchStats(),
+                          deadline=Deadline(time.monotonic() - 1)) is None
+    monkeypatch.setattr(input_split, "SCREEN_BATCH", 2)
+    real = input_split.compute_bounds
+
+    def slow(*args, **kwargs):  # each batch takes 0.2 s: the 0.5 s deadline passes mid-screen
+        time.sleep(0.2)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(input_split, "compute_bounds", slow)
+    prop = read_vnnlib(_vnnlib(tmp_path / "safe.vnnlib", lower, upper, peak + 0.05), 2, 1)
+    result = verify_vnnlib(network, prop, timeout=0.5)
+    assert result.status is VerificationStatus.TIMEOUT

@@ -146,11 +146,12 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
         if len(queries) >= SCREEN_MIN_QUERIES:
             # Many boxes (a VNN-LIB disjunction): bounded together first, a batch per call; only
             # the queries that survive get the per-query attack, root bounds and search below.
-            queries = screen_queries(network, queries, method=method, dtype=dtype, stats=stats, deadline=deadline)
-            if queries is None:
+            left = screen_queries(network, queries, method=method, dtype=dtype, stats=stats, deadline=deadline)
+            if left is None:
                 return finish(VerificationStatus.TIMEOUT)
-            if not queries:
+            if not left:
                 return finish(VerificationStatus.HOLDS)
+            queries = left
         open_queries = []
         # Many inputs through Sign layers: no bound search on a short deadline (see
         # BINARISED_SEARCH_MIN_SECONDS); input splitting (few inputs) makes every Sign stable on
