@@ -131,3 +131,35 @@ def test_a_screen_past_its_deadline_says_so_and_verify_times_out(tmp_path, monke
     prop = read_vnnlib(_vnnlib(tmp_path / "safe.vnnlib", lower, upper, peak + 0.05), 2, 1)
     result = verify_vnnlib(network, prop, timeout=0.5)
     assert result.status is VerificationStatus.TIMEOUT
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_queries_the_screen_leaves_open_are_one_search_that_decides_each(seed, tmp_path, monkeypatch):
+    """Wide boxes (0.8) and thresholds 0.002 above each box's maximum: the screen leaves some
+    open, and those are searched as one family (one search; from 2 queries on here); the verdict
+    holds. With one box's threshold 1e-5 below its maximum the family search finds that box's
+    point."""
+    import assay.verify.api as api
+
+    monkeypatch.setattr(api, "SCREEN_MIN_QUERIES", 2)
+    network = random_relu_network(seed, widths=(2, 32, 32, 32, 1))
+    lower, upper = _boxes(seed)
+    upper = upper.clone()
+    upper[:, 0] = lower[:, 0] + 0.8
+    peak = _maxima(network, lower, upper)
+    queries = _queries(network, lower, upper, peak + 0.002)
+    left = screen_queries(network, queries, method="crown", dtype="float64", stats=SearchStats())
+    assert len(left) >= 4, "the screen settles these: the test proves little"
+    safe = read_vnnlib(_vnnlib(tmp_path / "safe.vnnlib", lower, upper, peak + 0.002), 2, 1)
+    result = verify_vnnlib(network, safe, timeout=120)
+    assert result.status is VerificationStatus.HOLDS
+    assert len(result.searches) == 1, "the open queries were not searched as one family"
+    thresholds = peak + 0.002
+    target = int(left[len(left) // 2].index)
+    thresholds[target] = peak[target] - 1e-5
+    unsafe = read_vnnlib(_vnnlib(tmp_path / "unsafe.vnnlib", lower, upper, thresholds), 2, 1)
+    result = verify_vnnlib(network, unsafe, timeout=120)
+    assert result.status is VerificationStatus.VIOLATED
+    x = result.counterexample.input.reshape(-1)
+    assert float(lower[target, 0]) <= float(x[0]) <= float(upper[target, 0])
+    assert float(network(x.reshape(1, 2))) >= float(thresholds[target])

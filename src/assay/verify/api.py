@@ -14,7 +14,7 @@ from assay.nn.network import Network
 from assay.verify.attack import from_center, search
 from assay.verify.attack_model import has_sign
 from assay.verify.deadline import Deadline
-from assay.verify.input_split import InputSplitting, bound_root, screen_queries
+from assay.verify.input_split import InputSplitting, bound_root, family_root, screen_queries
 from assay.verify.input_split import root_branch as input_root
 from assay.verify.lp_refine import dense_layers, refine_bounds
 from assay.verify.onnx_recheck import confirmed_counterexample
@@ -138,6 +138,7 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
         return finish(VerificationStatus.HOLDS)
     queries = undecided
 
+    family = None  # many queries searched as one (InputSplitting's family)
     if strategy in ("input", "operator"):
         # Sound bounds on the whole box settle easy queries at a fraction of the attack's cost;
         # the others start branching from these bounds. On a network with general operators
@@ -152,13 +153,17 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
             if not left:
                 return finish(VerificationStatus.HOLDS)
             queries = left
+            if strategy == "input" and len(left) >= SCREEN_MIN_QUERIES and _one_structure(left):
+                # Still many: one input-splitting search over all of them (each box with its own
+                # query's rows), instead of an attack, root bounds and a search per query.
+                family = left
         open_queries = []
         # Many inputs through Sign layers: no bound search on a short deadline (see
         # BINARISED_SEARCH_MIN_SECONDS); input splitting (few inputs) makes every Sign stable on
         # small boxes and keeps its search.
         binarised = strategy == "operator" and has_sign(network)
         given_up = []
-        for query in queries:
+        for query in queries if family is None else []:
             if deadline.passed():
                 return finish(VerificationStatus.TIMEOUT)
             if general and options.attack_restarts:
@@ -248,11 +253,16 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
         # Past the memory budget the search stops (UNKNOWN) rather than exhaust the machine.
         return state.pending_bytes > memory_limit
 
+    if family is not None:
+        open_queries = [(family[0], None)]  # one search over the family (probing attacks inside it)
     worst = VerificationStatus.HOLDS
     for query, root in open_queries:
         if deadline.passed():
             return finish(VerificationStatus.TIMEOUT)
-        if strategy == "input":
+        if family is not None:
+            plans = [(InputSplitting(network, query, method=method, dtype=dtype, family=family), family_root(family))]
+            size = batch_size
+        elif strategy == "input":
             plans = [(InputSplitting(network, query, method=method, dtype=dtype, root=root), input_root(query))]
             size = batch_size
         elif strategy == "operator":
@@ -269,9 +279,15 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
                                        keep_closed=options.keep_closed, progress=report, stop=memory_guard)
             searches.append(outcome.state)
             if outcome.status is VerificationStatus.VIOLATED:
-                return finish(outcome.status, outcome.found, query)
+                return finish(outcome.status, outcome.found, query if family is None else plan.query_of(outcome.found))
             if outcome.status is VerificationStatus.TIMEOUT:
                 return finish(outcome.status)
             if outcome.status is VerificationStatus.UNKNOWN:
                 worst = VerificationStatus.UNKNOWN
     return finish(worst)
+
+
+def _one_structure(queries: list[UnsafeQuery]) -> bool:
+    """Whether the queries share one structure of conjunctions (rows per conjunction, outputs)."""
+    first = queries[0]
+    return all(q.C.shape == first.C.shape and torch.equal(q.groups, first.groups) for q in queries)

@@ -116,6 +116,16 @@ def root_branch(query: UnsafeQuery) -> SearchState:
     return SearchState.start(root)
 
 
+def family_root(queries: list[UnsafeQuery]) -> SearchState:
+    """The start of one input-splitting search over several queries (see :class:`InputSplitting`'s
+    ``family``): each query's whole box, weight 1/Q, tagged with its position in the list."""
+    count = len(queries)
+    root = Branches(torch.stack([q.lower for q in queries]), torch.stack([q.upper for q in queries]), None, None,
+                    torch.full((count,), 1.0 / count, dtype=torch.float64),
+                    tags={"query": torch.arange(count)})
+    return SearchState.start(root)
+
+
 @dataclass(frozen=True, eq=False)
 class _BoxBounds:
     """What probing and splitting need from a round's bounds (rows of the open boxes only)."""
@@ -139,38 +149,75 @@ class InputSplitting:
     branches the search starts from), the first k ReLU layers of their inherited bounds are
     exact for this network (the layers before them did not change), so only later layers are
     bounded again; their children are bounded as usual, every layer tightened on their smaller box.
+
+    ``family``: several queries with one structure (the same conjunctions, rows per conjunction,
+    as ``query``, the first of them) searched at once (start from :func:`family_root`): every box
+    carries the tag ``"query"`` (its query's position) and is bounded, probed and split with its
+    own query's box and rows, so that a thousand small queries share each bound call (nn4sys'
+    cardinality properties). The search holds iff every query holds; a counterexample belongs
+    to :meth:`query_of` it.
     """
 
     def __init__(self, network: Network, query: UnsafeQuery, *, method: str = "crown", dtype: str = "float64",
-                 root: RootBounds | None = None, clip: bool = True, weight_perturbation=None, fixed_layers: int = 0):
+                 root: RootBounds | None = None, clip: bool = True, weight_perturbation=None, fixed_layers: int = 0,
+                 family: list[UnsafeQuery] | None = None):
         self.network, self.query, self.method, self.dtype = network, query, method, dtype
         self.clip = clip
         self._engine = {"weight_perturbation": weight_perturbation, "fixed_layers": fixed_layers}
         self._root = root
         self._grids: dict = {}
         self.ledger = AlphaLedger()
-        self._full_width = (query.upper - query.lower).clamp(min=1e-30)
+        self.family = family
+        if family is not None:
+            if any(not torch.equal(q.groups, query.groups) for q in family):
+                raise ValueError("a query family shares one structure of conjunctions (groups)")
+            self._C, self._d = torch.stack([q.C for q in family]), torch.stack([q.d for q in family])
+            self._full_width = torch.stack([q.upper - q.lower for q in family]).clamp(min=1e-30)
+            self._intermediate = many_boxes_intermediate_method(network, family)
+        else:
+            self._full_width = (query.upper - query.lower).clamp(min=1e-30).unsqueeze(0)
+            self._intermediate = None  # bound_boxes chooses per batch
         # ReluVal's smear walks ReLU networks and affine general operators (the others have no
         # gradient rule yet)
         self._smear = not plan_for(network, torch.float64).has_nonlinear_operators
 
-    def _volume(self, lower, upper):
+    def _tags(self, branches: Branches) -> torch.Tensor:
+        """Each branch's query (its position in the family; 0 for a single query)."""
+        if self.family is None:
+            return torch.zeros(len(branches), dtype=torch.long)
+        return branches.tags["query"]
+
+    def _volume(self, lower, upper, tags):
         # Inputs the query fixes (zero width) are never split: they count as full width.
-        fixed = self._full_width <= 1e-30
-        return torch.where(fixed, 1.0, (upper - lower) / self._full_width).prod(1)
+        full = self._full_width[tags]
+        fixed = full <= 1e-30
+        return torch.where(fixed, 1.0, (upper - lower) / full).prod(1)
+
+    def query_of(self, found) -> UnsafeQuery:
+        """The query a counterexample ``(x, y)`` of this search violates (its box holds x)."""
+        if self.family is None:
+            return self.query
+        x, y = found
+        for query in self.family:
+            inside = bool(((x >= query.lower) & (x <= query.upper)).all())
+            if inside and bool(query.violates(y.reshape(1, -1)).all()):
+                return query
+        raise AssertionError("a counterexample of a query family violates none of its queries")
 
     def bound(self, branches: Branches, deadline: Deadline, stats: SearchStats) -> BoundedBranches:
         query = self.query
         lower, upper = branches.lower, branches.upper
+        tags = self._tags(branches)
         if self._root is not None and branches.parents is None and len(branches) == 1:
             result, group_upper, self._root = self._root.result, self._root.group_upper, None
         else:
             # The first round (no parents: the query's box, as bound_root bounds it) gives α every
             # open box, so that a search started from bound_root's result is the same search.
             ledger = self.ledger if branches.parents is not None else None
+            spec = None if self.family is None else (self._C[tags], self._d[tags])
             result, group_upper = bound_boxes(self.network, query, lower, upper, branches.parents, self.method,
                                                self.dtype, stats, self._grids, deadline, ledger=ledger,
-                                               **self._engine)
+                                               spec=spec, intermediate_method=self._intermediate, **self._engine)
             # Fixed layers hold for the first round only: children tighten every layer on their box.
             self._engine = {**self._engine, "fixed_layers": 0}
         best_row = row_to_refine(result.upper, query.groups)
@@ -183,12 +230,14 @@ class InputSplitting:
             clipped_lower, clipped_upper, empty = lower, upper, torch.zeros_like(safe)
         closed = safe | empty
         open_ = ~closed
-        volume = self._volume(lower, upper)
-        kept = self._volume(clipped_lower, clipped_upper)
+        # a box's share of the search: its volume within its query's box, times that query's share
+        share = 1.0 if self.family is None else 1.0 / len(self.family)
+        volume = self._volume(lower, upper, tags) * share
+        kept = self._volume(clipped_lower, clipped_upper, tags) * share
         settled = torch.where(closed, volume, volume - kept)
         keep = open_.unsqueeze(1)
         shrunk = Branches(torch.where(keep, clipped_lower, lower), torch.where(keep, clipped_upper, upper), None,
-                          result.intermediate, torch.where(open_, kept, volume), result.upper)
+                          result.intermediate, torch.where(open_, kept, volume), result.upper, branches.tags)
         rows = best_row[open_]
         # Linear upper bound of each open box's most promising row: y_r ≤ A·x + b.
         A = result.linear.upper_A[open_].reshape(int(open_.sum()), query.C.shape[0], lower.shape[1])
@@ -199,14 +248,38 @@ class InputSplitting:
         lower, upper = bounded.branches.lower[open_], bounded.branches.upper[open_]
         corner = torch.where(bounded.payload.row_A > 0, upper, lower)
         center = (lower + upper) / 2
+        if self.family is not None:
+            return self._probe_family(bounded.branches.tags["query"][open_], lower, upper, corner, center,
+                                      bounded.payload.group_upper, deadline, stats)
         found = confirm(self.network, self.query, torch.cat([corner, center]))
         if found is None and stats.bound_calls % 8 == 1:
             found = _attack_worst(self.network, self.query, lower, upper, bounded.payload.group_upper, stats, deadline)
         return found
 
+    def _probe_family(self, tags, lower, upper, corner, center, group_upper, deadline, stats):
+        """:meth:`probe` for a family: one float64 forward pass of every box's corner and centre,
+        each read against its own query's rows; a point that looks unsafe is confirmed by its
+        query (:func:`confirm`), and PGD (every eighth bound call) runs in the boxes of the query
+        whose bound is least negative."""
+        points, owners = torch.cat([corner, center]), torch.cat([tags, tags])
+        with torch.no_grad():
+            y = self.network.forward(points.reshape(points.shape[0], *self.network.input_shape))
+        values = torch.einsum("nmo,no->nm", self._C[owners], y.reshape(points.shape[0], -1)) + self._d[owners]
+        for k in (values.min(1).values >= 0).nonzero().flatten().tolist()[:8]:
+            found = confirm(self.network, self.family[int(owners[k])], points[k:k + 1])
+            if found is not None:
+                return found
+        if stats.bound_calls % 8 == 1:
+            worst = int(tags[group_upper.amax(1).argmax()])
+            mine = tags == worst
+            return _attack_worst(self.network, self.family[worst], lower[mine], upper[mine], group_upper[mine],
+                                 stats, deadline)
+        return None
+
     def decide(self, bounded: BoundedBranches, open_, deadline: Deadline, stats: SearchStats) -> LeafDecision:
         width = bounded.branches.upper[open_] - bounded.branches.lower[open_]
-        too_thin = (width <= _MIN_RELATIVE_WIDTH * self._full_width).all(1).any()
+        full = self._full_width[self._tags(bounded.branches)[open_]]
+        too_thin = (width <= _MIN_RELATIVE_WIDTH * full).all(1).any()
         return LeafDecision(torch.zeros_like(open_), undecidable=bool(too_thin))
 
     def split(self, bounded: BoundedBranches, open_) -> list[Branches]:
@@ -220,7 +293,8 @@ class InputSplitting:
         chosen = open_[~bounded.closed]
         if self._smear:
             rows = bounded.payload.rows[chosen]
-            score = gradient_bounds(self.network, self.query.C[rows], boxes.parents).inputs * width
+            C = self.query.C[rows] if self.family is None else self._C[self._tags(boxes), rows]
+            score = gradient_bounds(self.network, C, boxes.parents).inputs * width
         else:  # a general network has no gradient walk: the row's linear bound's sensitivity |A|·width
             score = bounded.payload.row_A[chosen].abs() * width
         dim = score.argmax(1)
@@ -232,8 +306,8 @@ class InputSplitting:
         right_lower[arange, dim] = middle
         half = boxes.weight / 2
         # Two batches sharing the parents' pre-activation bounds (valid on both halves), not copies.
-        return [Branches(lower, left_upper, None, boxes.parents, half),
-                Branches(right_lower, upper, None, boxes.parents, half)]
+        return [Branches(lower, left_upper, None, boxes.parents, half, tags=boxes.tags),
+                Branches(right_lower, upper, None, boxes.parents, half, tags=boxes.tags)]
 
 
 @dataclass(frozen=True)
@@ -263,7 +337,7 @@ def bound_root(network: Network, query: UnsafeQuery, *, method: str, dtype: str,
 
 def bound_boxes(network, query, lower, upper, parents, method, dtype, stats, grids, deadline=None,
                 weight_perturbation=None, fixed_layers=0, refine_intermediate=True, ledger: AlphaLedger | None = None,
-                spec=None):
+                spec=None, intermediate_method: str | None = None):
     """Bound the unsafe rows on boxes (B, n); returns (BoundsResult-like, group upper bounds (B, G)).
 
     A child box lies inside its parent, so the parent's pre-activation bounds hold on it:
@@ -276,15 +350,17 @@ def bound_boxes(network, query, lower, upper, parents, method, dtype, stats, gri
     the open boxes the ledger chooses (:class:`AlphaLedger`), and its outcome is recorded there.
     ``spec``: per-box rows ``(C (B, m, n_out), d (B, m))`` of queries that share ``query``'s
     conjunctions (its ``groups``), in place of ``query.C``, ``query.d`` (:func:`screen_queries`).
+    ``intermediate_method``: how the intermediate tensors are bounded (default: chosen here).
     """
     shape = network.input_shape
     C, d = (query.C, query.d) if spec is None else spec
     first = "crown" if method == "alpha" else method
     # A generator's images cost minutes of backward CROWN per box, forward bounds a fraction of a
     # second (cgan: 5 inputs); weight perturbation and fixed layers need the backward pass.
-    intermediate_method = "crown"
-    if first != "ibp" and weight_perturbation is None and not fixed_layers:
-        intermediate_method = box_intermediate_method(network, varying_inputs(lower, upper)[0].numel())
+    if intermediate_method is None or first == "ibp" or weight_perturbation is not None or fixed_layers:
+        intermediate_method = "crown"
+        if first != "ibp" and weight_perturbation is None and not fixed_layers:
+            intermediate_method = box_intermediate_method(network, varying_inputs(lower, upper)[0].numel())
     if first != "ibp" and refine_intermediate and weight_perturbation is None and not fixed_layers \
             and intermediate_method == "crown" and interval_intermediates(network):
         parents = compute_bounds(network, (lower.reshape(-1, *shape), upper.reshape(-1, *shape)), method="ibp",
@@ -329,6 +405,17 @@ SCREEN_BATCH = 1024
 _SCREEN_FORWARD_INPUTS = 8
 
 
+def many_boxes_intermediate_method(network: Network, queries: list[UnsafeQuery]) -> str:
+    """How the boxes of many small queries are bounded (a screen, a family search): forward
+    linear bounds where they let few inputs vary (lindex: 1 of 1, mscn: 1–2 of 154; two passes of
+    the network per box, where mscn's CROWN walks cost 0.4 s of CPU a box), else as input
+    splitting bounds any box (:func:`box_intermediate_method`)."""
+    varying = max(int((q.upper > q.lower).sum()) for q in queries)
+    if varying <= _SCREEN_FORWARD_INPUTS and not plan_for(network, torch.float64).has_maxpool:
+        return "forward"
+    return box_intermediate_method(network, varying)
+
+
 def screen_queries(network: Network, queries: list[UnsafeQuery], *, method: str, dtype: str, stats: SearchStats,
                    deadline: Deadline | None = None) -> list[UnsafeQuery] | None:
     """The queries whose whole box sound bounds do not refute, bounding many queries' boxes at
@@ -343,13 +430,7 @@ def screen_queries(network: Network, queries: list[UnsafeQuery], *, method: str,
     """
     shape = network.input_shape
     first = "crown" if method == "alpha" else method
-    # A screen is one cheap pass: forward intermediate bounds where the boxes let few inputs vary
-    # (lindex: 1 of 1, mscn: 1–2 of 154; two passes of the network per box), else the boxes' own.
-    plan = plan_for(network, torch.float64)
-    varying = max(int((q.upper > q.lower).sum()) for q in queries)
-    intermediate_method = "crown"
-    if first != "ibp" and varying <= _SCREEN_FORWARD_INPUTS and not plan.has_maxpool:
-        intermediate_method = "forward"
+    intermediate_method = "crown" if first == "ibp" else many_boxes_intermediate_method(network, queries)
     by_shape: dict[tuple, list[int]] = {}
     for number, query in enumerate(queries):
         by_shape.setdefault((tuple(query.groups.tolist()), query.C.shape[1]), []).append(number)
