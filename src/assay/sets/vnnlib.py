@@ -58,7 +58,7 @@ _SIMPLE_ASSERT = re.compile(r"\(\s*assert\s*\(\s*(<=|>=|<|>)\s+" + _ATOM + r"\s+
 _COMMENT = re.compile(r";[^\n]*")
 # An input bound (op X_i number) anywhere inside a formula: the bulk of large disjunctive files
 # (nn4sys' cardinality properties hold 463,500 of them in (or (and ...))).
-_NESTED_INPUT_BOUND = re.compile(r"\(\s*(<=|>=|<|>)\s+(X_\d+)\s+" + _ATOM + r"\s*\)")
+_NESTED_INPUT_BOUND = re.compile(r"\(\s*(<=|>=|<|>)\s+(X_\d+)\s+(" + _NUMBER.pattern + r")\s*\)")
 _PLACED = "#"  # what scan leaves in the text where it read such a bound (see _Reader.placed)
 _IGNORED_COMMANDS = frozenset({"check-sat", "get-model", "set-logic", "set-info", "set-option", "exit"})
 _COMPARISONS = frozenset({"<=", ">=", "<", ">", "="})
@@ -163,12 +163,17 @@ class _Reader:
 
     def _place_input_bound(self, match: re.Match) -> str:
         """Read a nested ``(op X_i number)`` now and leave one token in its place (same length, so
-        offsets still point into the file): the tree then has one atom where it had five tokens."""
-        bound = self.input_bound(match.group(1), match.group(2), match.group(3))
-        if bound is None:
-            return match.group()  # not an input bound after all (undeclared X, odd number): the general path
-        self.placed[match.start()] = (bound, match.end())
-        return _PLACED + " " * (match.end() - match.start() - 1)
+        offsets still point into the file): the tree then has one atom where it had five tokens.
+        (:meth:`input_bound` inlined: this runs once per bound, 463,500 times in nn4sys' largest
+        files; the pattern admits numbers only.)"""
+        op, name, number = match.groups()
+        variable = self.variables.get(name)
+        value = float(number)
+        if variable is None or variable[0] != "X" or not math.isfinite(value):
+            return match.group()  # not an input bound after all (undeclared X, overflow): the general path
+        start, end = match.span()
+        self.placed[start] = (("upper" if op in ("<=", "<") else "lower", variable[1], value), end)
+        return _PLACED + " " * (end - start - 1)
 
     def parse_tree(self, text: str) -> list[list]:
         """The commands as nested lists: a node is ``[offset of '(', child, ...]``, an atom ``(text, offset)``."""
