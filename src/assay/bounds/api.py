@@ -10,7 +10,7 @@ import torch
 
 from assay._validate import check_choice
 from assay.bounds.crown import Backward, backsubstitute, concretize, rounding_scales
-from assay.bounds.forward import MAX_FORWARD_INPUTS, cut_tensors, forward_bounds
+from assay.bounds.forward import MAX_FORWARD_COEFFICIENTS, MAX_FORWARD_INPUTS, cut_tensors, forward_bounds, forward_fits
 from assay.bounds.ibp import cast_outward, center_radius, interval_pass
 from assay.bounds.methods import METHODS, bound_method
 from assay.bounds.optimize import Objective, optimize_bounds
@@ -118,7 +118,9 @@ def compute_bounds(
             (default; backward substitution per unstable neuron, tightest) or ``"forward"``
             (forward linear bounds, see :mod:`assay.bounds.forward`: far cheaper for
             networks with few inputs, looser; meant for input-splitting branch and bound,
-            where parents' bounds are reused) or ``"alpha"`` (with ``method`` "alpha"/"beta":
+            where parents' bounds are reused; convolutional networks on images carry their
+            input columns in spatial groups, :mod:`assay.bounds.forward_columns`, which fits
+            inputs of thousands of pixels) or ``"alpha"`` (with ``method`` "alpha"/"beta":
             CROWN, then each later ReLU layer's unstable neurons get α-CROWN bounds of their
             own, slopes optimised per neuron and side for ``options.iterations`` steps before
             the next layer is bounded; the tightest and by far the costliest, meant for the
@@ -240,10 +242,14 @@ def compute_bounds(
                                                                                                              "hybrid"):
             if deltas:
                 raise OptionError("intermediate_method='forward' does not support weight_perturbation; use 'crown'")
-            if network.input_size > MAX_FORWARD_INPUTS:
+            # "hybrid" stores dense forward functions at its cuts; "forward" groups an image's
+            # columns (assay.bounds.forward_columns) and fits larger inputs
+            if network.input_size > MAX_FORWARD_INPUTS and (intermediate_method == "hybrid" or not forward_fits(plan)):
                 raise OptionError(
-                    f"intermediate_method='forward' is meant for networks with few inputs (at most "
-                    f"{MAX_FORWARD_INPUTS}); {network.source} has {network.input_size}: use 'crown'"
+                    f"intermediate_method={intermediate_method!r} is meant for networks with few inputs (at most "
+                    f"{MAX_FORWARD_INPUTS}), or ('forward') images whose layers' receptive fields keep the grouped "
+                    f"coefficients within {MAX_FORWARD_COEFFICIENTS} elements per tensor; {network.source} has "
+                    f"{network.input_size} inputs: use 'crown'"
                 )
             interval = bounds
 
