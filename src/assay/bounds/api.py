@@ -11,6 +11,7 @@ import torch
 from assay._validate import check_choice
 from assay.bounds.crown import Backward, backsubstitute, concretize, rounding_scales
 from assay.bounds.forward import MAX_FORWARD_COEFFICIENTS, MAX_FORWARD_INPUTS, cut_tensors, forward_bounds, forward_fits
+from assay.bounds.grouped_rows import GroupedRows, row_spacing
 from assay.bounds.ibp import cast_outward, center_radius, interval_pass
 from assay.bounds.methods import METHODS, bound_method
 from assay.bounds.optimize import Objective, optimize_bounds
@@ -30,6 +31,8 @@ _WALK_ELEMENTS = 1 << 28
 # the memory cap, and the later ones are sized by the time it took.
 _TIMED_CHUNK_SECONDS = 1.0
 _TIMED_FIRST_ELEMENTS = 1 << 24
+# Grouped rows (assay.bounds.grouped_rows): groups × the widest tensor's elements walked at once.
+_GROUPED_WALK_ELEMENTS = 1 << 25
 # Slope elements (rows × earlier ReLU neurons) optimised in one intermediate α-CROWN call.
 _ALPHA_CHUNK_ELEMENTS = 1 << 23
 # Intermediate α-CROWN skips a layer with more unstable neurons than this in one domain: its
@@ -462,6 +465,10 @@ def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radiu
     if int(unstable.reshape(batch, -1).sum(1).max()) > _PROBE_ABOVE and not _crown_tightens(plan, position, bounds, deltas, center, radius,
                                                                   relax, cut):
         return lower, upper
+    if cut is None:
+        grouped = _crown_layer_bounds_grouped(plan, position, bounds, deltas, center, radius, relax, deadline)
+        if grouped is not None:
+            return grouped
     if batch <= _MIN_GROUP:
         return _crown_layer_bounds_padded(plan, position, bounds, deltas, center, radius, relax, deadline=deadline,
                                           cut=cut)
@@ -477,6 +484,60 @@ def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radiu
         low, high = _crown_layer_bounds_padded(plan, position, sub_bounds, deltas, center[members], radius[members],
                                                relax, cut=None if cut is None else cut.select(members))
         new_lower[members], new_upper[members] = low, high
+    return new_lower, new_upper
+
+
+def _crown_layer_bounds_grouped(plan: Plan, position: int, bounds, deltas, center, radius, relax, deadline=None):
+    """:func:`_crown_layer_bounds` by grouped rows (:mod:`assay.bounds.grouped_rows`): the
+    unstable neurons of one channel whose receptive fields are disjoint share one backward walk
+    (per side). None where the layer's rows cannot be grouped, or grouping saves less than half
+    the walks. Chunks of groups are sized by :data:`_GROUPED_WALK_ELEMENTS`; under a deadline
+    the groups not reached keep their bounds (sound)."""
+    found = row_spacing(plan, position)
+    if found is None:
+        return None
+    (sh, sw), fields = found
+    lower, upper = bounds[position]
+    batch, channels, height, width = lower.shape
+    unstable = (lower < 0) & (upper > 0)
+    # the groups (channel, row offset, column offset) with an unstable neuron in some domain
+    padded = torch.zeros(channels, -(-height // sh) * sh, -(-width // sw) * sw, dtype=torch.bool)
+    padded[:, :height, :width] = unstable.any(0)
+    occupied = padded.reshape(channels, -1, sh, padded.shape[2] // sw, sw).any(3).any(1)  # (C, sh, sw)
+    present = occupied.nonzero()
+    if present.shape[0] == 0:
+        return lower, upper
+    if 2 * present.shape[0] > int(unstable.reshape(batch, -1).sum(1).max()):
+        return None  # fewer than half the walks saved: one row per neuron
+    present = torch.cat([present, present + torch.tensor([channels, 0, 0])])  # lower rows, then upper rows
+    widest = max(math.prod(plan.network.shapes[t]) for t in list(fields) + [position])
+    chunk = max(1, _GROUPED_WALK_ELEMENTS // (batch * widest))
+    scales = rounding_scales(plan, position, bounds)
+    hit_rows = torch.arange(height).unsqueeze(0) % sh == torch.arange(sh).unsqueeze(1)  # (sh, H)
+    hit_cols = torch.arange(width).unsqueeze(0) % sw == torch.arange(sw).unsqueeze(1)  # (sw, W)
+    new_lower, new_upper = lower.clone(), upper.clone()
+    flat_unstable = unstable.reshape(batch, -1)
+    for start in range(0, present.shape[0], chunk):
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        groups = present[start:start + chunk]
+        rows = GroupedRows(plan, position, 2 * channels, (sh, sw), fields, groups)
+        kind, oh, ow = groups.unbind(1)
+        channel = kind % channels
+        sign = torch.where(kind < channels, 1.0, -1.0).to(lower.dtype)
+        pattern = hit_rows[oh].unsqueeze(2) & hit_cols[ow].unsqueeze(1)  # (G, H, W)
+        member = unstable[:, channel] & pattern  # (B, G, H, W)
+        C = torch.zeros(batch, groups.shape[0], channels, height, width, dtype=lower.dtype)
+        C[:, torch.arange(groups.shape[0]), channel] = member.to(lower.dtype) * sign.view(1, -1, 1, 1)
+        d = torch.zeros(batch, rows.rows, dtype=lower.dtype)
+        back = backsubstitute(plan, position, C, d, bounds, deltas, relax=relax, scales=scales, reduce=rows.reduce)
+        value = concretize(plan, back, center, radius, reduce=rows.reduce)[0].reshape(batch, 2, -1)
+        reached = rows.row_groups().reshape(2, -1)
+        take_lower = reached[0].unsqueeze(0) & flat_unstable
+        take_upper = reached[1].unsqueeze(0) & flat_unstable
+        flat_lower, flat_upper = new_lower.reshape(batch, -1), new_upper.reshape(batch, -1)
+        flat_lower.copy_(torch.where(take_lower, torch.maximum(flat_lower, value[:, 0]), flat_lower))
+        flat_upper.copy_(torch.where(take_upper, torch.minimum(flat_upper, -value[:, 1]), flat_upper))
     return new_lower, new_upper
 
 

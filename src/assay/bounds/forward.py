@@ -288,7 +288,7 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
     input_magnitude = torch.maximum(flat_lower.abs(), flat_upper.abs())
     needed = set(plan.relu_positions) | set(plan.operator_inputs) | set(keep if cuts is not None else ())
     last = max(needed, default=-1)
-    windows = tensor_windows(plan) if grouped and not keep else [None] * (len(plan.stages) + 1)
+    windows = _input_windows(plan) if grouped and not keep else [None] * (len(plan.stages) + 1)
     grouping = None
     if windows[0] is not None:
         grouping = Grouping(tuple(lower.shape[1:]), spacing_for(windows[1], plan.network.shapes[1], lower.shape[1:]))
@@ -333,6 +333,12 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
     return result
 
 
+def _input_windows(plan: Plan) -> list:
+    """:func:`~assay.bounds.forward_columns.tensor_windows` from the input, a tensor that reads
+    no input element (a constant) counting as unknown (its columns are dense)."""
+    return [None if w == () else w for w in tensor_windows(plan)]
+
+
 def _columns(grouping: Grouping | None, windows, plan: Plan, tensor: int) -> ColumnMap | None:
     if grouping is None:
         return None
@@ -362,7 +368,7 @@ def forward_columns(plan: Plan) -> dict[int, int]:
     shapes = plan.network.shapes
     n = math.prod(shapes[0])
     last = max(set(plan.relu_positions) | set(plan.operator_inputs), default=-1)
-    windows = tensor_windows(plan)
+    windows = _input_windows(plan)
     if windows[0] is None:
         return {t: n for t in range(last + 1)}
     spacing = spacing_for(windows[1], shapes[1], shapes[0])

@@ -68,30 +68,38 @@ class AxisWindow:
 Window = tuple[AxisWindow, AxisWindow]
 
 
-def tensor_windows(plan: Plan) -> list[Window | None]:
-    """For every tensor of the plan (0: the input), its :class:`AxisWindow` pair, or None where
-    the tensor is not an image whose elements read a window of the input (after a flatten, a
-    dense layer, a general operator, or where the input is not (C, H, W)).
+def tensor_windows(plan: Plan, origin: int = 0) -> list[Window | None | tuple]:
+    """For every tensor of the plan, its :class:`AxisWindow` pair relative to tensor ``origin``
+    (0: the input): element ``(c, i, j)`` reads only elements of ``origin`` within
+    ``[S·i + lo, S·i + hi] × [S'·j + lo', S'·j + hi']``. None where unknown (a tensor that is not
+    an image whose elements read a window of the origin: after a flatten, a dense layer, a general
+    operator, or where the origin is not (C, H, W)); ``()`` for a tensor that reads no element of
+    the origin (the tensors before it, and branches that bypass it).
 
     A convolution with stride ``t``, padding ``p``, dilation ``d`` and kernel ``k`` reads input
     rows ``t·i − p … t·i − p + d(k−1)`` (AvgPool2d is lowered to one); a ReLU keeps its input's
     windows; an addition takes the union (same strides, else None).
     """
     shapes = plan.network.shapes
-    windows: list[Window | None] = [None] * (len(plan.stages) + 1)
-    if len(shapes[0]) != 3:
-        return windows
-    windows[0] = (AxisWindow(1, 0, 0), AxisWindow(1, 0, 0))
+    windows: list = [()] * (len(plan.stages) + 1)
+    windows[origin] = (AxisWindow(1, 0, 0), AxisWindow(1, 0, 0)) if len(shapes[origin]) == 3 else None
     for position, stage in enumerate(plan.stages):
-        sources = [windows[s] for s in stage.sources]
+        if position + 1 <= origin:
+            continue
+        sources = [windows[s] for s in stage.sources if windows[s] != ()]
         out = None
-        if len(shapes[position + 1]) == 3 and sources and all(w is not None for w in sources):
+        if not sources:
+            out = ()
+        elif len(shapes[position + 1]) == 3 and all(w is not None for w in sources):
             if isinstance(stage, ReluStage):
                 out = sources[0]
             elif isinstance(stage, AddStage):
-                a, b = sources
-                if all(x.stride == y.stride for x, y in zip(a, b)):
-                    out = tuple(AxisWindow(x.stride, min(x.lo, y.lo), max(x.hi, y.hi)) for x, y in zip(a, b))
+                out = sources[0]
+                for other in sources[1:]:
+                    if any(x.stride != y.stride for x, y in zip(out, other)):
+                        out = None
+                        break
+                    out = tuple(AxisWindow(x.stride, min(x.lo, y.lo), max(x.hi, y.hi)) for x, y in zip(out, other))
             elif isinstance(stage, AffineStage) and stage.kind == "conv":
                 conv = stage.conv
                 kernel = stage.weight.shape[2:]

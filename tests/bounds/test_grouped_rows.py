@@ -1,0 +1,75 @@
+"""Grouped rows of CROWN's intermediate bounds (assay.bounds.grouped_rows): one backward walk per
+group of neurons with disjoint receptive fields gives each neuron the bounds of its own walk,
+and compute_bounds' intermediate bounds (which use them) contain sampled tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from assay.bounds import api, center_radius, compute_bounds, interval_pass, plan_for
+from assay.bounds.grouped_rows import row_spacing
+from assay.bounds.relaxation import relax_relu
+
+from .strategies import forward_batched, sample_box
+from .test_forward_columns import image_network
+
+
+def _box(network, rng, batch=2, width=0.3):
+    shape = (batch, *network.input_shape)
+    center = torch.as_tensor(rng.uniform(-1, 1, size=shape))
+    radius = torch.as_tensor(rng.uniform(0, width, size=shape))
+    return center - radius, center + radius
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_grouped_rows_give_each_neuron_its_own_walks_bounds(seed, dtype):
+    rng = np.random.default_rng(seed)
+    network = image_network(rng, size=20)
+    plan = plan_for(network, dtype)
+    lower, upper = (t.to(dtype) for t in _box(network, rng))
+    bounds = interval_pass(plan, lower, upper, {}, lambda position, low, high: (low, high))
+    center, radius = center_radius(lower, upper)
+    grouped_layers = 0
+    for position in plan.relu_positions:
+        grouped = api._crown_layer_bounds_grouped(plan, position, bounds, {}, center, radius, relax_relu)
+        if grouped is None:
+            continue
+        grouped_layers += 1
+        single = api._crown_layer_bounds_padded(plan, position, bounds, {}, center, radius, relax_relu)
+        tolerance = 1e-9 if dtype == torch.float64 else 1e-3
+        for g, s in zip(grouped, single):
+            assert torch.allclose(g, s, rtol=tolerance, atol=tolerance), position
+    assert grouped_layers >= 2  # the first two ReLU layers (52 and 100 s of 1,800 neurons saved)
+
+
+def test_row_spacing_covers_the_widest_field():
+    network = image_network(np.random.default_rng(0), size=20)
+    plan = plan_for(network, torch.float64)
+    (sh, sw), fields = row_spacing(plan, plan.relu_positions[1])
+    # two 3x3 convolutions (and a 3x3 + skip) from the input: fields 5 wide, so rows 5 apart
+    assert (sh, sw) == (5, 5)
+    assert 0 in fields
+    assert row_spacing(plan, plan.relu_positions[-1]) is None  # after the flatten: not an image
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_crown_with_grouped_rows_contains_sampled_tensors(seed):
+    rng = np.random.default_rng(seed)
+    network = image_network(rng, size=20)
+    lower, upper = _box(network, rng, batch=1, width=0.2)
+    result = compute_bounds(network, (lower, upper), method="crown")
+    x = sample_box(lower, upper, rng, 1000)
+    y = forward_batched(network, x)
+    assert bool((y >= result.lower).all() and (y <= result.upper).all())
+    with torch.no_grad():
+        values = network.tensors(x.reshape(-1, *network.input_shape))
+    plan = plan_for(network, torch.float64)
+    ibp = compute_bounds(network, (lower, upper), method="ibp")
+    for k, position in enumerate(plan.relu_positions):
+        v = values[position]
+        assert bool((v >= result.intermediate.lower[k]).all() and (v <= result.intermediate.upper[k]).all()), position
+        assert bool((result.intermediate.lower[k] >= ibp.intermediate.lower[k]).all())
+        assert bool((result.intermediate.upper[k] <= ibp.intermediate.upper[k]).all())
