@@ -11,9 +11,10 @@ import torch
 from assay.bounds import api, center_radius, compute_bounds, interval_pass, plan_for
 from assay.bounds.grouped_rows import row_spacing
 from assay.bounds.relaxation import relax_relu
+from assay.nn import Add, AvgPool2d, Conv2d, Network, ReLU
 
 from .strategies import forward_batched, sample_box
-from .test_forward_columns import image_network
+from .test_forward_columns import _t, image_network
 
 
 def _box(network, rng, batch=2, width=0.3):
@@ -73,3 +74,40 @@ def test_crown_with_grouped_rows_contains_sampled_tensors(seed):
         assert bool((v >= result.intermediate.lower[k]).all() and (v <= result.intermediate.upper[k]).all()), position
         assert bool((result.intermediate.lower[k] >= ibp.intermediate.lower[k]).all())
         assert bool((result.intermediate.upper[k] <= ibp.intermediate.upper[k]).all())
+
+
+def fully_convolutional_network(rng, size: int = 12) -> Network:
+    """conv 3x3 → ReLU → conv 3x3 + skip → ReLU → avgpool → conv 3x3 → ReLU → conv 1x1: every
+    output element reads a window of the image."""
+    layers = [Conv2d(_t(rng, 4, 2, 3, 3), _t(rng, 4), (1, 1), (1, 1)), ReLU(),
+              Conv2d(_t(rng, 4, 4, 3, 3), _t(rng, 4), (1, 1), (1, 1)), Add(), ReLU(),
+              AvgPool2d((2, 2), (2, 2)), Conv2d(_t(rng, 5, 4, 3, 3), _t(rng, 5), (1, 1), (1, 1)), ReLU(),
+              Conv2d(_t(rng, 3, 5, 1, 1), _t(rng, 3))]
+    sources = [(0,), (1,), (2,), (3, 1), (4,), (5,), (6,), (7,), (8,)]
+    return Network(tuple(layers), (2, size, size), sources=tuple(sources))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_rows_reading_a_window_refine_only_the_neurons_they_reach(seed):
+    """A row reading one output element: CROWN bounds only the neurons in its field (the others
+    keep their interval bounds), and the row's bounds are those of bounding every neuron."""
+    rng = np.random.default_rng(seed)
+    network = fully_convolutional_network(rng)
+    lower, upper = _box(network, rng, batch=1, width=0.2)
+    out = network.output_shape
+    C = torch.zeros(1, *out, dtype=torch.float64)
+    C[0, 1, 1, 2] = 1.0  # a corner's neighbour: a window of the image
+    row = compute_bounds(network, (lower, upper), spec=C.reshape(1, -1), method="crown")
+    every = compute_bounds(network, (lower, upper), method="crown")
+    ibp = compute_bounds(network, (lower, upper), method="ibp")
+    flat = int(C.reshape(-1).nonzero()[0, 0])
+    assert torch.allclose(row.lower[0, 0], every.lower[0, flat], rtol=1e-9, atol=1e-9)
+    assert torch.allclose(row.upper[0, 0], every.upper[0, flat], rtol=1e-9, atol=1e-9)
+    # the first layer far from the row (rows 8+ of the 12) is not refined: its interval bounds stay
+    plan = plan_for(network, torch.float64)
+    k = len(plan.relu_positions) - 2  # the layer before the pooling
+    far = (slice(None), slice(None), slice(9, None), slice(9, None))
+    assert torch.equal(row.intermediate.lower[k][far], ibp.intermediate.lower[k][far])
+    assert not torch.equal(every.intermediate.lower[k][far], ibp.intermediate.lower[k][far])
+    y = forward_batched(network, sample_box(lower, upper, rng, 1000)).reshape(1000, 1, -1)[..., flat]
+    assert bool((y >= row.lower[0, 0]).all() and (y <= row.upper[0, 0]).all())

@@ -18,6 +18,7 @@ from assay.bounds.optimize import Objective, optimize_bounds
 from assay.bounds.options import AlphaCrownOptions, BetaCrownOptions
 from assay.bounds.plan import Plan, plan_for, unit_roundoff
 from assay.bounds.result import BoundsResult, IntermediateBounds, LinearBounds
+from assay.bounds.walks import gradient_bounds
 from assay.errors import DataError, OptionError, SpecError
 from assay.nn.network import Network, resolve_dtype
 
@@ -271,6 +272,7 @@ def compute_bounds(
                                          cut=cuts.get(stop))
                 bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position)
         elif spec_of_method.linear and (intermediate is None or refine_intermediate):
+            reach = _rows_reach(network, plan, C, bounds) if intermediate_method == "crown" else None
             for position in _refined_tensors(plan, fixed_layers):
                 if deadline is not None and time.monotonic() > deadline:
                     break  # past the deadline: the later tensors keep their interval bounds (sound)
@@ -282,7 +284,8 @@ def compute_bounds(
                 # With `intermediate` given, α's first iterate is CROWN on the given bounds:
                 # a separate CROWN pass first would only repeat it.
                 if intermediate_method == "crown" or intermediate is None:
-                    known[position] = _crown_layer_bounds(plan, position, bounds, deltas, center, radius, relax, deadline)
+                    known[position] = _crown_layer_bounds(plan, position, bounds, deltas, center, radius, relax, deadline,
+                                                          only=None if reach is None else reach[position])
                     bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position)
                 if intermediate_method == "alpha" and position != plan.relu_positions[0]:
                     known[position] = _alpha_layer_bounds(plan, position, bounds, deltas, center, radius, relax,
@@ -451,27 +454,33 @@ def _crown_narrows(plan: Plan, tensor: int, bounds, deltas, center, radius, rela
     return bool((new_upper - new_lower).mean() <= (1 - _OPERATOR_PROBE_MIN_GAIN) * old_width)
 
 
-def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radius, relax, deadline=None, cut=None):
+def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radius, relax, deadline=None, cut=None,
+                        only=None):
     """CROWN bounds of the input of ReLU stage ``position``, only for neurons not yet stable.
 
     Stable neurons are relaxed exactly whatever their bounds, so only the unstable ones of each
     domain get a row: domain i bounds its own ``k_i`` unstable neurons, padded to the largest
     ``k`` of its group. Domains are grouped by ``k_i`` (sorted) so that little is padded.
-    ``cut``: the walks stop there (see :func:`backsubstitute`).
+    ``cut``: the walks stop there (see :func:`backsubstitute`). ``only`` (bool, the bounds'
+    shape): the neurons to bound (the others keep theirs).
     """
     lower, upper = bounds[position]
     batch = lower.shape[0]
     unstable = (lower < 0) & (upper > 0)
+    if only is not None:
+        unstable = unstable & only
+        if not bool(unstable.any()):
+            return lower, upper
     if int(unstable.reshape(batch, -1).sum(1).max()) > _PROBE_ABOVE and not _crown_tightens(plan, position, bounds, deltas, center, radius,
-                                                                  relax, cut):
+                                                                  relax, cut, only):
         return lower, upper
     if cut is None:
-        grouped = _crown_layer_bounds_grouped(plan, position, bounds, deltas, center, radius, relax, deadline)
+        grouped = _crown_layer_bounds_grouped(plan, position, bounds, deltas, center, radius, relax, deadline, only)
         if grouped is not None:
             return grouped
     if batch <= _MIN_GROUP:
         return _crown_layer_bounds_padded(plan, position, bounds, deltas, center, radius, relax, deadline=deadline,
-                                          cut=cut)
+                                          cut=cut, only=only)
     counts = unstable.reshape(batch, -1).sum(1)
     order = counts.argsort()
     new_lower, new_upper = lower.clone(), upper.clone()
@@ -482,12 +491,14 @@ def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radiu
             continue
         sub_bounds = [(l[members], u[members]) for l, u in bounds[:position + 1]]
         low, high = _crown_layer_bounds_padded(plan, position, sub_bounds, deltas, center[members], radius[members],
-                                               relax, cut=None if cut is None else cut.select(members))
+                                               relax, cut=None if cut is None else cut.select(members),
+                                               only=None if only is None else only[members])
         new_lower[members], new_upper[members] = low, high
     return new_lower, new_upper
 
 
-def _crown_layer_bounds_grouped(plan: Plan, position: int, bounds, deltas, center, radius, relax, deadline=None):
+def _crown_layer_bounds_grouped(plan: Plan, position: int, bounds, deltas, center, radius, relax, deadline=None,
+                                only=None):
     """:func:`_crown_layer_bounds` by grouped rows (:mod:`assay.bounds.grouped_rows`): the
     unstable neurons of one channel whose receptive fields are disjoint share one backward walk
     (per side). None where the layer's rows cannot be grouped, or grouping saves less than half
@@ -500,6 +511,8 @@ def _crown_layer_bounds_grouped(plan: Plan, position: int, bounds, deltas, cente
     lower, upper = bounds[position]
     batch, channels, height, width = lower.shape
     unstable = (lower < 0) & (upper > 0)
+    if only is not None:
+        unstable = unstable & only
     # the groups (channel, row offset, column offset) with an unstable neuron in some domain
     padded = torch.zeros(channels, -(-height // sh) * sh, -(-width // sw) * sw, dtype=torch.bool)
     padded[:, :height, :width] = unstable.any(0)
@@ -541,7 +554,25 @@ def _crown_layer_bounds_grouped(plan: Plan, position: int, bounds, deltas, cente
     return new_lower, new_upper
 
 
-def _crown_tightens(plan: Plan, position: int, bounds, deltas, center, radius, relax, cut=None) -> bool:
+def _rows_reach(network: Network, plan: Plan, C: torch.Tensor, bounds) -> dict[int, torch.Tensor] | None:
+    """Per ReLU position, the neurons (B, *shape) with a path to some row of ``C`` (B, S, *out)
+    through nonzero weights and ReLUs not off on the domain (:func:`gradient_bounds` of |C|,
+    which is positive exactly there). The rows' bounds, and the bounds of every neuron on such a
+    path, never read the relaxation of a neuron outside it, so CROWN need not bound those (a
+    fully convolutional network's rows read a window of it). None for a network with max pooling
+    or general operators, and where every neuron is reached."""
+    if plan.has_maxpool or plan.is_general or not plan.relu_positions:
+        return None
+    intermediate = IntermediateBounds(tuple(bounds[p][0].to(torch.float64) for p in plan.relu_positions),
+                                      tuple(bounds[p][1].to(torch.float64) for p in plan.relu_positions))
+    rows = C.detach().abs().to(torch.float64).reshape(C.shape[0], C.shape[1], -1).sum(1)
+    reached = gradient_bounds(network, rows, intermediate).relu_outputs
+    if all(bool((r > 0).all()) for r in reached):
+        return None
+    return {p: r > 0 for p, r in zip(plan.relu_positions, reached)}
+
+
+def _crown_tightens(plan: Plan, position: int, bounds, deltas, center, radius, relax, cut=None, only=None) -> bool:
     """Whether CROWN tightens ReLU layer ``position`` enough to pay for bounding all its unstable neurons.
 
     Bounds an evenly spread sample of the first domain's unstable neurons: worth it when one of
@@ -551,7 +582,10 @@ def _crown_tightens(plan: Plan, position: int, bounds, deltas, center, radius, r
     sound: the interval bounds stay.
     """
     lower, upper = (t[:1].reshape(1, -1) for t in bounds[position])
-    candidates = ((lower < 0) & (upper > 0))[0].nonzero().flatten()
+    candidates = (lower < 0) & (upper > 0)
+    if only is not None:
+        candidates = candidates & only[:1].reshape(1, -1)
+    candidates = candidates[0].nonzero().flatten()
     if candidates.numel() == 0:
         return False
     chosen = candidates[torch.linspace(0, candidates.numel() - 1, min(_PROBE_ROWS, candidates.numel())).long()]
