@@ -109,5 +109,14 @@ def test_rows_reading_a_window_refine_only_the_neurons_they_reach(seed):
     far = (slice(None), slice(None), slice(9, None), slice(9, None))
     assert torch.equal(row.intermediate.lower[k][far], ibp.intermediate.lower[k][far])
     assert not torch.equal(every.intermediate.lower[k][far], ibp.intermediate.lower[k][far])
+    # and every neuron in the row's field gets the bounds it gets when every neuron is bounded:
+    # output (1, 2) reads the last ReLU at (1, 2), the 6x6 layer at rows 0-2, columns 1-3, and so
+    # this layer (before the 2x2 pooling) at rows 0-5, columns 2-7
+    near = (slice(None), slice(None), slice(0, 6), slice(2, 8))
+    for k_near in (k, k + 1):
+        for mine, theirs in ((row.intermediate.lower, every.intermediate.lower),
+                             (row.intermediate.upper, every.intermediate.upper)):
+            window = near if k_near == k else (slice(None), slice(None), slice(1, 2), slice(2, 3))
+            assert torch.allclose(mine[k_near][window], theirs[k_near][window], rtol=1e-9, atol=1e-9)
     y = forward_batched(network, sample_box(lower, upper, rng, 1000)).reshape(1000, 1, -1)[..., flat]
     assert bool((y >= row.lower[0, 0]).all() and (y <= row.upper[0, 0]).all())
