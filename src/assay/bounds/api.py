@@ -557,7 +557,8 @@ def _crown_layer_bounds_grouped(plan: Plan, position: int, bounds, deltas, cente
 def _rows_reach(network: Network, plan: Plan, C: torch.Tensor, bounds) -> dict[int, torch.Tensor] | None:
     """Per ReLU position, the neurons (B, *shape) with a path to some row of ``C`` (B, S, *out)
     through nonzero weights and ReLUs not off on the domain (:func:`gradient_bounds` of |C|,
-    which is positive exactly there). The rows' bounds, and the bounds of every neuron on such a
+    which is positive exactly there, but where a product underflows: such a neuron is only left
+    unrefined, which is sound). The rows' bounds, and the bounds of every neuron on such a
     path, never read the relaxation of a neuron outside it, so CROWN need not bound those (a
     fully convolutional network's rows read a window of it). None for a network with max pooling
     or general operators, and where every neuron is reached."""
