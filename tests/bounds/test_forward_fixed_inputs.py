@@ -88,7 +88,8 @@ def test_compute_bounds_with_fixed_inputs_contains_the_outputs(method, monkeypat
 
 def test_forward_bounds_take_a_wide_input_when_few_of_its_elements_vary():
     """A network of 300 inputs (over MAX_FORWARD_INPUTS) whose boxes let 3 vary: forward bounds
-    are cheap and allowed; letting all 300 vary is refused with the fix named."""
+    are cheap and allowed, and hybrid bounds (which keep forward functions at their cuts) too;
+    hybrid bounds over 300 varying inputs are refused with the fix named."""
     rng = np.random.default_rng(3)
     from assay.nn import Linear, Network, ReLU
 
@@ -102,8 +103,10 @@ def test_forward_bounds_take_a_wide_input_when_few_of_its_elements_vary():
     x = sample_box(lower, upper, rng, 2000)
     y = network(x.reshape(-1, 300)).reshape(-1, 1, 2)
     assert bool((y >= result.lower - 1e-12).all() and (y <= result.upper + 1e-12).all())
+    hybrid = compute_bounds(network, (lower, upper), method="crown", intermediate_method="hybrid")
+    assert bool((y >= hybrid.lower - 1e-12).all() and (y <= hybrid.upper + 1e-12).all())
     with pytest.raises(OptionError, match="vary 300"):
-        compute_bounds(network, (lower, lower + 0.1), method="crown", intermediate_method="forward")
+        compute_bounds(network, (lower, lower + 0.1), method="crown", intermediate_method="hybrid")
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -10,13 +10,22 @@ import torch
 
 from assay._validate import check_choice
 from assay.bounds.crown import Backward, backsubstitute, concretize, rounding_scales
-from assay.bounds.forward import MAX_FORWARD_INPUTS, cut_tensors, forward_bounds, varying_inputs
+from assay.bounds.forward import (
+    MAX_FORWARD_COEFFICIENTS,
+    MAX_FORWARD_INPUTS,
+    cut_tensors,
+    forward_bounds,
+    forward_fits,
+    varying_inputs,
+)
+from assay.bounds.grouped_rows import GroupedRows, row_spacing
 from assay.bounds.ibp import cast_outward, center_radius, interval_pass
 from assay.bounds.methods import METHODS, bound_method
 from assay.bounds.optimize import Objective, optimize_bounds
 from assay.bounds.options import AlphaCrownOptions, BetaCrownOptions
 from assay.bounds.plan import Plan, plan_for, unit_roundoff
 from assay.bounds.result import BoundsResult, IntermediateBounds, LinearBounds
+from assay.bounds.walks import gradient_bounds
 from assay.errors import DataError, OptionError, SpecError
 from assay.nn.network import Network, resolve_dtype
 
@@ -30,6 +39,8 @@ _WALK_ELEMENTS = 1 << 28
 # the memory cap, and the later ones are sized by the time it took.
 _TIMED_CHUNK_SECONDS = 1.0
 _TIMED_FIRST_ELEMENTS = 1 << 24
+# Grouped rows (assay.bounds.grouped_rows): groups × the widest tensor's elements walked at once.
+_GROUPED_WALK_ELEMENTS = 1 << 25
 # Slope elements (rows × earlier ReLU neurons) optimised in one intermediate α-CROWN call.
 _ALPHA_CHUNK_ELEMENTS = 1 << 23
 # Intermediate α-CROWN skips a layer with more unstable neurons than this in one domain: its
@@ -118,7 +129,9 @@ def compute_bounds(
             (default; backward substitution per unstable neuron, tightest) or ``"forward"``
             (forward linear bounds, see :mod:`assay.bounds.forward`: far cheaper for
             networks with few inputs, looser; meant for input-splitting branch and bound,
-            where parents' bounds are reused) or ``"alpha"`` (with ``method`` "alpha"/"beta":
+            where parents' bounds are reused; convolutional networks on images carry their
+            input columns in spatial groups, :mod:`assay.bounds.forward_columns`, which fits
+            inputs of thousands of pixels) or ``"alpha"`` (with ``method`` "alpha"/"beta":
             CROWN, then each later ReLU layer's unstable neurons get α-CROWN bounds of their
             own, slopes optimised per neuron and side for ``options.iterations`` steps before
             the next layer is bounded; the tightest and by far the costliest, meant for the
@@ -240,11 +253,15 @@ def compute_bounds(
                                                                                                              "hybrid"):
             if deltas:
                 raise OptionError("intermediate_method='forward' does not support weight_perturbation; use 'crown'")
+            # "hybrid" stores forward functions over the varying inputs at its cuts; "forward" also
+            # groups an image's columns (assay.bounds.forward_columns) and fits larger inputs
             varying = varying_inputs(lower, upper)[0].numel()
-            if varying > MAX_FORWARD_INPUTS:
+            if varying > MAX_FORWARD_INPUTS and (intermediate_method == "hybrid" or not forward_fits(plan)):
                 raise OptionError(
-                    f"intermediate_method='forward' is meant for boxes with few varying inputs (at most "
-                    f"{MAX_FORWARD_INPUTS}); the boxes given for {network.source} vary {varying}: use 'crown'"
+                    f"intermediate_method={intermediate_method!r} is meant for boxes with few varying inputs (at "
+                    f"most {MAX_FORWARD_INPUTS}), or ('forward') images whose layers' receptive fields keep the "
+                    f"grouped coefficients within {MAX_FORWARD_COEFFICIENTS} elements per tensor; the boxes given "
+                    f"for {network.source} vary {varying} inputs: use 'crown'"
                 )
             interval = bounds
 
@@ -263,6 +280,7 @@ def compute_bounds(
                                          cut=cuts.get(stop))
                 bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position)
         elif spec_of_method.linear and (intermediate is None or refine_intermediate):
+            reach = _rows_reach(network, plan, C, bounds) if intermediate_method == "crown" else None
             for position in _refined_tensors(plan, fixed_layers):
                 if deadline is not None and time.monotonic() > deadline:
                     break  # past the deadline: the later tensors keep their interval bounds (sound)
@@ -274,7 +292,8 @@ def compute_bounds(
                 # With `intermediate` given, α's first iterate is CROWN on the given bounds:
                 # a separate CROWN pass first would only repeat it.
                 if intermediate_method == "crown" or intermediate is None:
-                    known[position] = _crown_layer_bounds(plan, position, bounds, deltas, center, radius, relax, deadline)
+                    known[position] = _crown_layer_bounds(plan, position, bounds, deltas, center, radius, relax, deadline,
+                                                          only=None if reach is None else reach[position])
                     bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position)
                 if intermediate_method == "alpha" and position != plan.relu_positions[0]:
                     known[position] = _alpha_layer_bounds(plan, position, bounds, deltas, center, radius, relax,
@@ -443,23 +462,33 @@ def _crown_narrows(plan: Plan, tensor: int, bounds, deltas, center, radius, rela
     return bool((new_upper - new_lower).mean() <= (1 - _OPERATOR_PROBE_MIN_GAIN) * old_width)
 
 
-def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radius, relax, deadline=None, cut=None):
+def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radius, relax, deadline=None, cut=None,
+                        only=None):
     """CROWN bounds of the input of ReLU stage ``position``, only for neurons not yet stable.
 
     Stable neurons are relaxed exactly whatever their bounds, so only the unstable ones of each
     domain get a row: domain i bounds its own ``k_i`` unstable neurons, padded to the largest
     ``k`` of its group. Domains are grouped by ``k_i`` (sorted) so that little is padded.
-    ``cut``: the walks stop there (see :func:`backsubstitute`).
+    ``cut``: the walks stop there (see :func:`backsubstitute`). ``only`` (bool, the bounds'
+    shape): the neurons to bound (the others keep theirs).
     """
     lower, upper = bounds[position]
     batch = lower.shape[0]
     unstable = (lower < 0) & (upper > 0)
+    if only is not None:
+        unstable = unstable & only
+        if not bool(unstable.any()):
+            return lower, upper
     if int(unstable.reshape(batch, -1).sum(1).max()) > _PROBE_ABOVE and not _crown_tightens(plan, position, bounds, deltas, center, radius,
-                                                                  relax, cut):
+                                                                  relax, cut, only):
         return lower, upper
+    if cut is None:
+        grouped = _crown_layer_bounds_grouped(plan, position, bounds, deltas, center, radius, relax, deadline, only)
+        if grouped is not None:
+            return grouped
     if batch <= _MIN_GROUP:
         return _crown_layer_bounds_padded(plan, position, bounds, deltas, center, radius, relax, deadline=deadline,
-                                          cut=cut)
+                                          cut=cut, only=only)
     counts = unstable.reshape(batch, -1).sum(1)
     order = counts.argsort()
     new_lower, new_upper = lower.clone(), upper.clone()
@@ -470,12 +499,89 @@ def _crown_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radiu
             continue
         sub_bounds = [(l[members], u[members]) for l, u in bounds[:position + 1]]
         low, high = _crown_layer_bounds_padded(plan, position, sub_bounds, deltas, center[members], radius[members],
-                                               relax, cut=None if cut is None else cut.select(members))
+                                               relax, cut=None if cut is None else cut.select(members),
+                                               only=None if only is None else only[members])
         new_lower[members], new_upper[members] = low, high
     return new_lower, new_upper
 
 
-def _crown_tightens(plan: Plan, position: int, bounds, deltas, center, radius, relax, cut=None) -> bool:
+def _crown_layer_bounds_grouped(plan: Plan, position: int, bounds, deltas, center, radius, relax, deadline=None,
+                                only=None):
+    """:func:`_crown_layer_bounds` by grouped rows (:mod:`assay.bounds.grouped_rows`): the
+    unstable neurons of one channel whose receptive fields are disjoint share one backward walk
+    (per side). None where the layer's rows cannot be grouped, or grouping saves less than half
+    the walks. Chunks of groups are sized by :data:`_GROUPED_WALK_ELEMENTS`; under a deadline
+    the groups not reached keep their bounds (sound)."""
+    found = row_spacing(plan, position)
+    if found is None:
+        return None
+    (sh, sw), fields = found
+    lower, upper = bounds[position]
+    batch, channels, height, width = lower.shape
+    unstable = (lower < 0) & (upper > 0)
+    if only is not None:
+        unstable = unstable & only
+    # the groups (channel, row offset, column offset) with an unstable neuron in some domain
+    padded = torch.zeros(channels, -(-height // sh) * sh, -(-width // sw) * sw, dtype=torch.bool)
+    padded[:, :height, :width] = unstable.any(0)
+    occupied = padded.reshape(channels, -1, sh, padded.shape[2] // sw, sw).any(3).any(1)  # (C, sh, sw)
+    present = occupied.nonzero()
+    if present.shape[0] == 0:
+        return lower, upper
+    if 2 * present.shape[0] > int(unstable.reshape(batch, -1).sum(1).max()):
+        return None  # fewer than half the walks saved: one row per neuron
+    present = torch.cat([present, present + torch.tensor([channels, 0, 0])])  # lower rows, then upper rows
+    widest = max(math.prod(plan.network.shapes[t]) for t in list(fields) + [position])
+    chunk = max(1, _GROUPED_WALK_ELEMENTS // (batch * widest))
+    scales = rounding_scales(plan, position, bounds)
+    hit_rows = torch.arange(height).unsqueeze(0) % sh == torch.arange(sh).unsqueeze(1)  # (sh, H)
+    hit_cols = torch.arange(width).unsqueeze(0) % sw == torch.arange(sw).unsqueeze(1)  # (sw, W)
+    new_lower, new_upper = lower.clone(), upper.clone()
+    flat_unstable = unstable.reshape(batch, -1)
+    for start in range(0, present.shape[0], chunk):
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        groups = present[start:start + chunk]
+        rows = GroupedRows(plan, position, 2 * channels, (sh, sw), fields, groups)
+        kind, oh, ow = groups.unbind(1)
+        channel = kind % channels
+        sign = torch.where(kind < channels, 1.0, -1.0).to(lower.dtype)
+        pattern = hit_rows[oh].unsqueeze(2) & hit_cols[ow].unsqueeze(1)  # (G, H, W)
+        member = unstable[:, channel] & pattern  # (B, G, H, W)
+        C = torch.zeros(batch, groups.shape[0], channels, height, width, dtype=lower.dtype)
+        C[:, torch.arange(groups.shape[0]), channel] = member.to(lower.dtype) * sign.view(1, -1, 1, 1)
+        d = torch.zeros(batch, rows.rows, dtype=lower.dtype)
+        back = backsubstitute(plan, position, C, d, bounds, deltas, relax=relax, scales=scales, reduce=rows.reduce)
+        value = concretize(plan, back, center, radius, reduce=rows.reduce)[0].reshape(batch, 2, -1)
+        reached = rows.row_groups().reshape(2, -1)
+        take_lower = reached[0].unsqueeze(0) & flat_unstable
+        take_upper = reached[1].unsqueeze(0) & flat_unstable
+        flat_lower, flat_upper = new_lower.reshape(batch, -1), new_upper.reshape(batch, -1)
+        flat_lower.copy_(torch.where(take_lower, torch.maximum(flat_lower, value[:, 0]), flat_lower))
+        flat_upper.copy_(torch.where(take_upper, torch.minimum(flat_upper, -value[:, 1]), flat_upper))
+    return new_lower, new_upper
+
+
+def _rows_reach(network: Network, plan: Plan, C: torch.Tensor, bounds) -> dict[int, torch.Tensor] | None:
+    """Per ReLU position, the neurons (B, *shape) with a path to some row of ``C`` (B, S, *out)
+    through nonzero weights and ReLUs not off on the domain (:func:`gradient_bounds` of |C|,
+    which is positive exactly there, but where a product underflows: such a neuron is only left
+    unrefined, which is sound). The rows' bounds, and the bounds of every neuron on such a
+    path, never read the relaxation of a neuron outside it, so CROWN need not bound those (a
+    fully convolutional network's rows read a window of it). None for a network with max pooling
+    or general operators, and where every neuron is reached."""
+    if plan.has_maxpool or plan.is_general or not plan.relu_positions:
+        return None
+    intermediate = IntermediateBounds(tuple(bounds[p][0].to(torch.float64) for p in plan.relu_positions),
+                                      tuple(bounds[p][1].to(torch.float64) for p in plan.relu_positions))
+    rows = C.detach().abs().to(torch.float64).reshape(C.shape[0], C.shape[1], -1).sum(1)
+    reached = gradient_bounds(network, rows, intermediate).relu_outputs
+    if all(bool((r > 0).all()) for r in reached):
+        return None
+    return {p: r > 0 for p, r in zip(plan.relu_positions, reached)}
+
+
+def _crown_tightens(plan: Plan, position: int, bounds, deltas, center, radius, relax, cut=None, only=None) -> bool:
     """Whether CROWN tightens ReLU layer ``position`` enough to pay for bounding all its unstable neurons.
 
     Bounds an evenly spread sample of the first domain's unstable neurons: worth it when one of
@@ -485,7 +591,10 @@ def _crown_tightens(plan: Plan, position: int, bounds, deltas, center, radius, r
     sound: the interval bounds stay.
     """
     lower, upper = (t[:1].reshape(1, -1) for t in bounds[position])
-    candidates = ((lower < 0) & (upper > 0))[0].nonzero().flatten()
+    candidates = (lower < 0) & (upper > 0)
+    if only is not None:
+        candidates = candidates & only[:1].reshape(1, -1)
+    candidates = candidates[0].nonzero().flatten()
     if candidates.numel() == 0:
         return False
     chosen = candidates[torch.linspace(0, candidates.numel() - 1, min(_PROBE_ROWS, candidates.numel())).long()]

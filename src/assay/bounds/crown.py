@@ -29,6 +29,7 @@ the bound holds for the exact network whatever the dtype.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -112,6 +113,7 @@ def backsubstitute(
     operator_alphas: dict[int, tuple[torch.Tensor, ...]] | None = None,
     observe_outputs=None,
     cut=None,
+    reduce=None,
 ) -> Backward:
     """Lower linear bound of ``C · (input of stage target) + d`` in terms of the network input.
 
@@ -156,13 +158,20 @@ def backsubstitute(
         cut: a :class:`~assay.bounds.forward.Cut`: the walk stops at its tensor (one every path
             from the input to ``target`` crosses) and substitutes that tensor's forward linear
             bounds in the input (:meth:`Cut.substitute`), instead of crossing the stages before it.
+        reduce: grouped rows (:class:`~assay.bounds.grouped_rows.GroupedRows`): ``C`` holds
+            groups of rows whose receptive fields are disjoint, and every sum over a tensor's
+            elements (into ``b`` and ``error``) is ``reduce(tensor, products)``, per real row:
+            ``d``, ``b`` and ``error`` then have the real rows (B, R). Convolutions, ReLUs and
+            additions only; with :func:`concretize`'s ``reduce``.
     """
     if forks and rounding:
         raise ValueError("backsubstitute: forks need rounding=False (their rows owe no rounding terms)")
+    if reduce is not None and (forks or cut is not None or slopes or betas):
+        raise ValueError("backsubstitute: grouped rows (reduce) take no forks, cut, slopes or betas")
     if rounding and scales is None:
         scales = rounding_scales(plan, target, bounds)
     walk = _Walk(plan, bounds, C, d, rounding, scales, deltas or {}, slopes or {}, betas or {}, relaxations or {},
-                 relax, observe, forks or {}, operator_alphas or {}, observe_outputs)
+                 relax, observe, forks or {}, operator_alphas or {}, observe_outputs, reduce)
     walk.pending = {target: (C,)}
     walk.received = {target: 1}
     stop = 0 if cut is None else cut.tensor
@@ -193,8 +202,9 @@ class _Walk:
     """
 
     def __init__(self, plan, bounds, C, d, rounding, scales, deltas, slopes, betas, relaxations, relax, observe,
-                 forks, operator_alphas, observe_outputs=None):
+                 forks, operator_alphas, observe_outputs=None, reduce=None):
         self.plan, self.bounds, self.rounding, self.scales = plan, bounds, rounding, scales
+        self.reduce = reduce
         self.observe_outputs = observe_outputs
         self.deltas, self.slopes, self.betas, self.relaxations = deltas, slopes, betas, relaxations
         self.relax, self.observe, self.forks, self.operator_alphas = relax, observe, forks, operator_alphas
@@ -212,6 +222,16 @@ class _Walk:
         accumulate(self.pending, tensor, (A,))
         self.received[tensor] = self.received.get(tensor, 0) + 1
 
+    def dot(self, tensor: int, A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Σ over ``tensor``'s elements of A (B, S, *shape) times v (B or 1, *shape), per row."""
+        if self.reduce is None:
+            return _dot(A, v)
+        return self.reduce(tensor, A * v.unsqueeze(1))
+
+    def abs_dot(self, tensor: int, A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``|A|·v`` per row for a rounding term (no gradient)."""
+        return self.dot(tensor, A.detach().abs(), v)
+
     def charge(self, tensor: int, vector) -> None:
         self.charges[tensor] = self.charges[tensor] + vector if tensor in self.charges else vector
 
@@ -226,7 +246,7 @@ class _Walk:
             vector = summed if vector is None else vector + summed
         if own is not None:
             vector = own if vector is None else vector + own
-        return self.error if vector is None else self.error + _abs_dot(A, vector)
+        return self.error if vector is None else self.error + self.abs_dot(tensor, A, vector)
 
 
 def _cross_add(walk: _Walk, position: int, stage: AddStage, A: torch.Tensor) -> None:
@@ -237,6 +257,7 @@ def _cross_add(walk: _Walk, position: int, stage: AddStage, A: torch.Tensor) -> 
 
 
 def _cross_maxpool(walk: _Walk, position: int, stage: MaxPoolStage, A: torch.Tensor) -> None:
+    _ungrouped(walk, stage)
     bounds, u = walk.bounds, walk.u
     relaxation = relax_maxpool(*bounds[stage.sources[0]], stage.kernel, stage.stride)
     if walk.rounding:  # the window maxima's terms added into b
@@ -250,6 +271,7 @@ def _cross_maxpool(walk: _Walk, position: int, stage: MaxPoolStage, A: torch.Ten
 
 def _cross_operator(walk: _Walk, position: int, stage: OperatorStage, A: torch.Tensor) -> None:
     """A general operator: its rule crosses it (coefficients per source, an offset, its rounding)."""
+    _ungrouped(walk, stage)
     if walk.observe_outputs is not None and stage.nonlinear:
         walk.observe_outputs(position, A)
     crossing = stage.cross(A, walk.bounds, walk.operator_alphas.get(position))
@@ -274,7 +296,7 @@ def _cross_relu(walk: _Walk, position: int, stage: ReluStage, A: torch.Tensor) -
     lower_slope = relaxation.lower_slope.unsqueeze(1)
     if position in walk.slopes:
         lower_slope = torch.where(relaxation.unstable.unsqueeze(1), walk.slopes[position], lower_slope)
-    walk.b = walk.b + _dot(A.clamp(max=0), relaxation.upper_intercept)
+    walk.b = walk.b + walk.dot(position + 1, A.clamp(max=0), relaxation.upper_intercept)
     crossed = A * torch.where(A >= 0, lower_slope, relaxation.upper_slope.unsqueeze(1))
     if position in walk.fixed:
         crossed, walk.b = _fix_neurons(A, crossed, walk.b, relaxation, *walk.fixed[position])
@@ -284,7 +306,7 @@ def _cross_relu(walk: _Walk, position: int, stage: ReluStage, A: torch.Tensor) -
     if walk.rounding:
         magnitude = _magnitude(*bounds[position])
         if position in walk.betas:  # the product rounds before β is added: charge it now
-            walk.error = walk.error + 2 * u * _abs_dot(A, magnitude)
+            walk.error = walk.error + 2 * u * walk.abs_dot(position, A, magnitude)
         walk.charge(position, 2 * u * magnitude)
     if position in walk.betas:
         A = A + walk.betas[position]
@@ -297,7 +319,7 @@ def _cross_affine(walk: _Walk, position: int, stage: AffineStage, A: torch.Tenso
     if delta > 0:
         # the radius is itself a rounded sum: widen it by that sum's relative error
         noise = perturbation_radius(stage, *walk.bounds[stage.sources[0]], delta) * (1 + gamma(stage.fan + 2, plan.dtype))
-        term = _abs_dot(A, noise)
+        term = walk.abs_dot(position + 1, A, noise)
         walk.b = walk.b - term
         walk.error = walk.error + walk.gamma_b * term
     if walk.rounding:
@@ -308,9 +330,16 @@ def _cross_affine(walk: _Walk, position: int, stage: AffineStage, A: torch.Tenso
             bias = walk.gamma_b * _bias_magnitudes(stage)
             own = bias if own is None else own + bias
         walk.error = walk.settle(position + 1, A, own)
-    if stage.bias is not None:
+    if stage.bias is not None and walk.reduce is not None:
+        walk.b = walk.b + walk.dot(position + 1, A, stage.bias.view(1, -1, *([1] * (len(stage.out_shape) - 1))))
+    elif stage.bias is not None:
         walk.b = walk.b + stage.bias_term(A)
     walk.send(stage.sources[0], stage.backward(A))
+
+
+def _ungrouped(walk: _Walk, stage) -> None:
+    if walk.reduce is not None:
+        raise ValueError(f"backsubstitute: grouped rows (reduce) do not cross a {type(stage).__name__} stage")
 
 
 # CROWN's backward rule of each kind of stage: (walk, position, stage, coefficients on its output).
@@ -385,12 +414,25 @@ def rounding_scales(plan: Plan, target: int, bounds) -> dict[int, torch.Tensor]:
             if isinstance(stage, AffineStage) and stage.weight is not None}
 
 
-def concretize(plan: Plan, back: Backward, center: torch.Tensor, radius: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def concretize(plan: Plan, back: Backward, center: torch.Tensor, radius: torch.Tensor,
+               reduce=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Lowest value of ``A·x + b`` over the box [center ± radius], never above the exact one.
 
     Returns the lower bound (B, S) and the rounding margin (B, S) already subtracted from it
     (the margin also makes ``b - margin`` a sound offset for the linear bound itself).
+    ``reduce``: the walk's grouped rows (see :func:`backsubstitute`): the sums over the input
+    are per real row.
     """
+    if reduce is not None:
+        c = center.reshape(center.shape[0], 1, *center.shape[1:])
+        r = radius.reshape(radius.shape[0], 1, *radius.shape[1:])
+        A = back.A
+        value = reduce(0, A * c - A.abs() * r) + back.b
+        with torch.no_grad():
+            n = math.prod(center.shape[1:])
+            evaluation = gamma(n + 2, plan.dtype) * (reduce(0, A.detach().abs() * (c.abs() + r)) + back.b.detach().abs())
+            margin = evaluation + back.error
+        return value - margin, margin
     flat = lambda t: t.reshape(t.shape[0], t.shape[1], -1)  # noqa: E731
     c = center.reshape(center.shape[0], 1, -1)
     r = radius.reshape(radius.shape[0], 1, -1)

@@ -35,34 +35,47 @@ from dataclasses import dataclass
 
 import torch
 
+from assay.bounds.forward_columns import ColumnMap, Grouping, regroup, spacing_for, tensor_windows
 from assay.bounds.plan import AddStage, AffineStage, OperatorStage, Plan, ReluStage, gamma, unit_roundoff
 from assay.bounds.relaxation import relax_relu
 from assay.bounds.rules.base import ElementwiseRule
 
 # Above this many input elements the coefficient tensors (B, inputs, *shape) get too large.
 MAX_FORWARD_INPUTS = 256
+# An image network with more inputs gets forward bounds when its grouped columns
+# (:mod:`assay.bounds.forward_columns`) keep every coefficient tensor (columns × tensor elements,
+# per side and domain) within this many elements: about 1 GiB in float64; a pass holds about
+# eight such tensors at once.
+MAX_FORWARD_COEFFICIENTS = 1 << 27
 
 
-def _contract(a: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def _contract(a: torch.Tensor, v: torch.Tensor, columns=None) -> torch.Tensor:
     """``Σ_j a[:, j, …] · v[:, j]``: coefficients (B, n, *shape) against a vector (B, n) per domain,
     giving (B, *shape), as one batched matrix product. Each entry is a sum of n products, as in the
     element-wise form it replaces, so the same rounding bounds (any order, Higham §3.1) cover it;
-    with few inputs it is far faster than reducing the small input dimension of a large tensor."""
+    with few inputs it is far faster than reducing the small input dimension of a large tensor.
+    With ``columns`` (a :class:`~assay.bounds.forward_columns.ColumnMap`), ``a`` holds grouped
+    columns (B, G, *shape) and the contraction reads each group's member (same products)."""
+    if columns is not None:
+        return columns.contract(a, v)
     batch, n = a.shape[:2]
     return torch.bmm(v.unsqueeze(1), a.reshape(batch, n, -1)).reshape(batch, *a.shape[2:])
 
 
 class _LinearFunctions:
-    """Coefficients (B, n_in, *shape), constants (B, *shape) and error budgets of both sides."""
+    """Coefficients (B, n_in, *shape), constants (B, *shape) and error budgets of both sides;
+    with ``columns`` (a :class:`~assay.bounds.forward_columns.ColumnMap`) the coefficients are
+    grouped columns (B, G, *shape) instead (see :mod:`assay.bounds.forward_columns`)."""
 
-    def __init__(self, a_lo, c_lo, e_lo, a_hi, c_hi, e_hi):
+    def __init__(self, a_lo, c_lo, e_lo, a_hi, c_hi, e_hi, columns=None):
         self.a_lo, self.c_lo, self.e_lo = a_lo, c_lo, e_lo
         self.a_hi, self.c_hi, self.e_hi = a_hi, c_hi, e_hi
+        self.columns = columns
 
     def magnitude(self, input_magnitude: torch.Tensor) -> torch.Tensor:
         """≥ |a·x| + |c| of both sides over the domain: (B, *shape)."""
         coeff = torch.maximum(self.a_lo.abs(), self.a_hi.abs())
-        return _contract(coeff, input_magnitude) + torch.maximum(self.c_lo.abs(), self.c_hi.abs())
+        return _contract(coeff, input_magnitude, self.columns) + torch.maximum(self.c_lo.abs(), self.c_hi.abs())
 
 
 def _apply(stage: AffineStage, tensor: torch.Tensor, weight, bias=None) -> torch.Tensor:
@@ -103,7 +116,7 @@ def _relu(f: _LinearFunctions, lower, upper, input_magnitude) -> _LinearFunction
     expand = lambda t: t.unsqueeze(1)  # noqa: E731
     a_hi = f.a_hi * expand(slope)
     c_hi = f.c_hi * slope + intercept
-    coeff_mag = _contract(f.a_hi.abs(), input_magnitude)
+    coeff_mag = _contract(f.a_hi.abs(), input_magnitude, f.columns)
     e_hi = f.e_hi * slope * (1 + 2 * u) + 4 * u * (slope * (coeff_mag + f.c_hi.abs()) + intercept.abs())
     return _LinearFunctions(f.a_lo * expand(keep), f.c_lo * keep, f.e_lo * keep, a_hi, c_hi, e_hi)
 
@@ -197,8 +210,9 @@ def _elementwise(stage: OperatorStage, f: _LinearFunctions, lower, upper, input_
 
 def _concretize(f: _LinearFunctions, center, radius, input_magnitude):
     """Sound concrete bounds (lower, upper) of the stage input described by ``f``."""
-    low = _contract(f.a_lo, center) - _contract(f.a_lo.abs(), radius) + f.c_lo - f.e_lo
-    high = _contract(f.a_hi, center) + _contract(f.a_hi.abs(), radius) + f.c_hi + f.e_hi
+    columns = f.columns
+    low = _contract(f.a_lo, center, columns) - _contract(f.a_lo.abs(), radius, columns) + f.c_lo - f.e_lo
+    high = _contract(f.a_hi, center, columns) + _contract(f.a_hi.abs(), radius, columns) + f.c_hi + f.e_hi
     n = center.shape[1]
     u = unit_roundoff(center.dtype)
     margin = 4.0 * (n + 4) * u * (f.magnitude(input_magnitude) + f.e_lo + f.e_hi)
@@ -251,7 +265,7 @@ class Cut:
 
 
 def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, keep=(),
-                   cuts: dict[int, Cut] | None = None) -> dict[int, tuple]:
+                   cuts: dict[int, Cut] | None = None, grouped: bool = True) -> dict[int, tuple]:
     """Concrete bounds of the input of every ReLU stage and of every tensor a non-linear general
     operator reads, by forward linear bounds.
 
@@ -260,26 +274,44 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
         clamp: ``clamp(position, lower, upper) -> (lower, upper)``: intersects with bounds known
             otherwise (IBP, a parent domain, split constraints); its result is what the ReLU
             relaxation uses, so it must itself be sound.
+        grouped: for an image input, carry the input columns in spatial groups while the tensors'
+            receptive fields are narrow (:mod:`assay.bounds.forward_columns`: the same bounds,
+            at a fraction of the memory and time); False: one column per input element.
     Returns:
         ``{tensor: (lower, upper)}`` (after ``clamp``) for those tensors. With ``keep`` (tensor
         indices) and a dict ``cuts``, each kept tensor's functions are stored in ``cuts`` as a
         :class:`Cut` (meaningful where the tensor is a cut, see :func:`cut_tensors`).
+        No stage after the last of those tensors is computed.
     """
     plan.require_no_maxpool("forward linear bounds (intermediate_method='forward')")
     batch = lower.shape[0]
     dtype = lower.dtype
-    columns, fixed = varying_inputs(lower, upper)
+    needed = set(plan.relu_positions) | set(plan.operator_inputs) | set(keep if cuts is not None else ())
+    last = max(needed, default=-1)
+    windows = _input_windows(plan) if grouped and not keep else [None] * (len(plan.stages) + 1)
+    grouping = None
+    if windows[0] is not None:
+        grouping = Grouping(tuple(lower.shape[1:]), spacing_for(windows[1], plan.network.shapes[1], lower.shape[1:]))
+    if grouping is not None and not grouping.dense:
+        # an image: grouped columns over every input element (fixed ones have radius 0)
+        columns, fixed = torch.arange(lower[0].numel()), torch.zeros_like(lower)
+    else:
+        grouping = None
+        # one coefficient per varying input; an input no domain lets vary is its value, a constant
+        columns, fixed = varying_inputs(lower, upper)
     n = columns.numel()
     flat_lower, flat_upper = lower.reshape(batch, -1)[:, columns], upper.reshape(batch, -1)[:, columns]
     center = (flat_lower + flat_upper) / 2
     radius = torch.maximum(flat_upper - center, center - flat_lower) * (1 + 4 * unit_roundoff(dtype))
     input_magnitude = torch.maximum(flat_lower.abs(), flat_upper.abs())
-    # One coefficient per varying input; an input no domain lets vary is its value, a constant.
-    identity = torch.zeros(batch, n, lower[0].numel(), dtype=dtype)
-    identity[:, torch.arange(n), columns] = 1.0
-    identity = identity.reshape(batch, n, *lower.shape[1:])
+    if grouping is not None:
+        start = grouping.initial(batch, dtype)
+    else:
+        start = torch.zeros(batch, n, lower[0].numel(), dtype=dtype)
+        start[:, torch.arange(n), columns] = 1.0
+        start = start.reshape(batch, n, *lower.shape[1:])
     zeros = torch.zeros_like(lower)
-    functions = {0: _LinearFunctions(identity, fixed, zeros, identity, fixed, zeros)}
+    functions = {0: _LinearFunctions(start, fixed, zeros, start, fixed, zeros, _columns(grouping, windows, plan, 0))}
     result = {}
 
     def concrete(tensor):  # the tensor's bounds (after clamp), kept for the caller
@@ -288,6 +320,10 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
         return result[tensor]
 
     for position, stage in enumerate(plan.stages):
+        if position > last:
+            break
+        if grouping is not None:  # widen the groups before the tensor outgrows them
+            grouping = _widened(plan, windows, grouping, functions, position + 1)
         if isinstance(stage, ReluStage):
             f = _relu(functions[position], *concrete(position), input_magnitude)
         elif isinstance(stage, AddStage):
@@ -300,6 +336,7 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
             f = _constant(*stage.interval({s: concrete(s) for s in stage.sources}), n)
         else:
             f = _affine(stage, functions[stage.sources[0]], input_magnitude)
+        f.columns = _columns(grouping, windows, plan, position + 1)
         functions[position + 1] = f
         if position + 1 in keep and cuts is not None:
             cuts[position + 1] = Cut(position + 1, f, input_magnitude, tuple(lower.shape[1:]), columns)
@@ -324,6 +361,64 @@ def varying_inputs(lower: torch.Tensor, upper: torch.Tensor) -> tuple[torch.Tens
     columns = varies.nonzero().flatten()
     fixed = torch.where(varies, torch.zeros_like(flat_lower), flat_lower).reshape(lower.shape)
     return columns, fixed
+
+
+def _input_windows(plan: Plan) -> list:
+    """:func:`~assay.bounds.forward_columns.tensor_windows` from the input, a tensor that reads
+    no input element (a constant) counting as unknown (its columns are dense)."""
+    return [None if w == () else w for w in tensor_windows(plan)]
+
+
+def _columns(grouping: Grouping | None, windows, plan: Plan, tensor: int) -> ColumnMap | None:
+    if grouping is None:
+        return None
+    return ColumnMap(grouping, windows[tensor], plan.network.shapes[tensor])
+
+
+def _widened(plan: Plan, windows, grouping: Grouping, functions: dict, tensor: int) -> Grouping | None:
+    """The grouping for computing ``tensor``: ``grouping`` while its spacing covers the tensor's
+    window, else a wider one (None: one column per input element) into which every live
+    function's columns are split (:func:`~assay.bounds.forward_columns.regroup`)."""
+    shapes = plan.network.shapes
+    need = spacing_for(windows[tensor], shapes[tensor], grouping.input_shape)
+    if all(x <= y for x, y in zip(need, grouping.spacing)):
+        return grouping
+    wider = Grouping(grouping.input_shape, tuple(max(x, y) for x, y in zip(need, grouping.spacing)))
+    for t, f in functions.items():
+        for name in ("a_lo", "a_hi"):
+            setattr(f, name, regroup(getattr(f, name), windows[t], shapes[t], grouping, wider))
+        f.columns = None if wider.dense else ColumnMap(wider, windows[t], shapes[t])
+    return None if wider.dense else wider
+
+
+def forward_columns(plan: Plan) -> dict[int, int]:
+    """{tensor: the number of coefficient columns :func:`forward_bounds` (grouped) carries for it},
+    for the tensors it computes: the input's elements, or fewer for an image network whose
+    windows are narrow (:mod:`assay.bounds.forward_columns`)."""
+    shapes = plan.network.shapes
+    n = math.prod(shapes[0])
+    last = max(set(plan.relu_positions) | set(plan.operator_inputs), default=-1)
+    windows = _input_windows(plan)
+    if windows[0] is None:
+        return {t: n for t in range(last + 1)}
+    spacing = spacing_for(windows[1], shapes[1], shapes[0])
+    counts = {0: shapes[0][0] * spacing[0] * spacing[1]}
+    for t in range(1, last + 1):
+        need = spacing_for(windows[t], shapes[t], shapes[0])
+        spacing = tuple(max(x, y) for x, y in zip(need, spacing))
+        counts[t] = shapes[0][0] * spacing[0] * spacing[1]
+    return counts
+
+
+def forward_fits(plan: Plan) -> bool:
+    """Whether :func:`forward_bounds` suits the network: few inputs (at most
+    :data:`MAX_FORWARD_INPUTS`), or grouped columns that keep every coefficient tensor within
+    :data:`MAX_FORWARD_COEFFICIENTS` elements."""
+    shapes = plan.network.shapes
+    if math.prod(shapes[0]) <= MAX_FORWARD_INPUTS:
+        return True
+    return all(columns * math.prod(shapes[t]) <= MAX_FORWARD_COEFFICIENTS
+               for t, columns in forward_columns(plan).items())
 
 
 def cut_tensors(plan: Plan) -> list[int]:
