@@ -169,3 +169,23 @@ def test_forward_is_chosen_only_where_backward_bounds_are_costly():
     assert intermediate_method_for(plan_for(big, torch.float64)) == "hybrid"
     wide = Network((Linear(_t(rng, 10, 300), _t(rng, 10)), ReLU(), Linear(_t(rng, 1, 10), _t(rng, 1))), (300,))
     assert intermediate_method_for(plan_for(wide, torch.float64)) == "crown"  # too many inputs for forward bounds
+
+
+def test_hybrid_walks_skip_tensors_that_only_affine_stages_separate_from_their_cut():
+    """A CROWN walk crossing affine stages only, then substituting the cut's forward bounds, gives
+    the forward bounds again: such tensors get no walk (a 64×64 cgan's discriminator spent most of
+    each box on them); a tensor whose walk crosses a ReLU keeps its walk."""
+    from assay.bounds.api import _hybrid_walks
+
+    rng = np.random.default_rng(1)
+    network = Network((Linear(_t(rng, 16, 4), _t(rng, 16)), ReLU(), Linear(_t(rng, 16, 16), _t(rng, 16)), ReLU(),
+                       Linear(_t(rng, 2, 16), _t(rng, 2))), (4,))
+    walks = _hybrid_walks(plan_for(network, torch.float64))
+    assert 1 not in walks  # behind one Linear: the forward bounds are what a walk would give
+    assert walks[3] == 0  # crosses the first ReLU: its relaxation is chosen per row
+    # and the bounds with or without the skipped walk agree (to rounding)
+    lower, upper = -0.3 * torch.ones(1, 4, dtype=torch.float64), 0.3 * torch.ones(1, 4, dtype=torch.float64)
+    hybrid = compute_bounds(network, (lower, upper), intermediate_method="hybrid")
+    crown = compute_bounds(network, (lower, upper), intermediate_method="crown")
+    torch.testing.assert_close(hybrid.intermediate.lower[0], crown.intermediate.lower[0], rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(hybrid.intermediate.upper[0], crown.intermediate.upper[0], rtol=1e-9, atol=1e-9)

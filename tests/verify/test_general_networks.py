@@ -107,3 +107,32 @@ def test_input_splitting_with_hybrid_bounds_decides_a_generator_on_both_sides(mo
     above = verify(first_output, Box(lower, upper), unsafe=at_least(peak + margin), timeout=60)
     assert above.status is HOLDS, above.status
     assert chosen  # the boxes were bounded the hybrid way
+
+
+def test_the_attack_before_input_splitting_gets_a_share_of_the_time_left(monkeypatch):
+    """Input splitting probes its open boxes with PGD itself: the counterexample search before it
+    is given a deadline of at most INPUT_SPLIT_ATTACK_SHARE of the time left (a 64×64 generator's
+    32-start search once took 200 of a holding query's 300 s), and the verdict stands."""
+    import time
+
+    import assay.verify.api as api
+
+    calls = []
+    original = api.search
+
+    def recording_search(*args, deadline=None, **kwargs):
+        calls.append((time.monotonic(), deadline.at))
+        return original(*args, deadline=deadline, **kwargs)
+
+    monkeypatch.setattr(api, "search", recording_search)
+    network = sigmoid_tanh()
+    lower, upper = torch.full((2,), -0.3, dtype=torch.float64), torch.full((2,), 0.3, dtype=torch.float64)
+    timeout = 1000.0
+    started = time.monotonic()
+    # a threshold just above the maximum: the root's bounds leave it open, the search settles it
+    result = verify(network, Box(lower, upper), unsafe=at_least(sampled_max(network, lower, upper) + 2e-3),
+                    timeout=timeout, strategy="input")
+    assert result.status is HOLDS
+    assert calls, "the root's bounds were meant to leave the query open"
+    for called, until in calls:
+        assert until <= called + api.INPUT_SPLIT_ATTACK_SHARE * (started + 5 + timeout - called)  # 5 s: set-up
