@@ -246,7 +246,12 @@ def compute_bounds(
 
         # the given pre-activation bounds stand for their tensors' intervals (clamp intersects
         # them with the splits)
-        bounds = interval_pass(plan, lower, upper, deltas, clamp, given=known)
+        refining = spec_of_method.linear and (intermediate is None or refine_intermediate)
+        refined = _refined_tensors(plan, fixed_layers) if refining and intermediate_method in ("crown", "alpha") else []
+        # Lazy IBP: each tensor CROWN refines replaces its interval bounds, and every tensor after
+        # it is computed again from there; so each interval pass stops at the next refined tensor
+        # (its backward walk reads only the tensors before it), and the last one runs to the output.
+        bounds = interval_pass(plan, lower, upper, deltas, clamp, given=known, until=refined[0] if refined else None)
         center, radius = center_radius(lower, upper)
         stats = {"domains": batch, "rows": C.shape[1], "method": method}
         if spec_of_method.linear and (intermediate is None or refine_intermediate) and intermediate_method in ("forward",
@@ -279,26 +284,33 @@ def compute_bounds(
                 known[position] = refine(plan, position, bounds, deltas, center, radius, relax, deadline,
                                          cut=cuts.get(stop))
                 bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position)
-        elif spec_of_method.linear and (intermediate is None or refine_intermediate):
-            reach = _rows_reach(network, plan, C, bounds) if intermediate_method == "crown" else None
-            for position in _refined_tensors(plan, fixed_layers):
+        elif refined:
+            reach = None
+            if intermediate_method == "crown" and not (plan.has_maxpool or plan.is_general):
+                # the lazy pass above stops at the first refined tensor; reach reads every layer's
+                # interval bounds (looser than the refined ones: a superset of the reached neurons)
+                reach = _rows_reach(network, plan, C, interval_pass(plan, lower, upper, deltas, clamp, given=known))
+            for index, position in enumerate(refined):
                 if deadline is not None and time.monotonic() > deadline:
                     break  # past the deadline: the later tensors keep their interval bounds (sound)
+                until = refined[index + 1] if index + 1 < len(refined) else None
                 if position not in plan.relu_positions:  # a general operator's input: every element
                     known[position] = _crown_tensor_bounds(plan, position, bounds, deltas, center, radius, relax,
                                                            deadline)
-                    bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position)
+                    bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position, until)
                     continue
                 # With `intermediate` given, α's first iterate is CROWN on the given bounds:
                 # a separate CROWN pass first would only repeat it.
                 if intermediate_method == "crown" or intermediate is None:
                     known[position] = _crown_layer_bounds(plan, position, bounds, deltas, center, radius, relax, deadline,
                                                           only=None if reach is None else reach[position])
-                    bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position)
+                    bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position, until)
                 if intermediate_method == "alpha" and position != plan.relu_positions[0]:
                     known[position] = _alpha_layer_bounds(plan, position, bounds, deltas, center, radius, relax,
                                                           options, deadline, split_signs)
-                    bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position)
+                    bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position, until)
+            if len(bounds) < len(plan.stages) + 1:  # stopped by the deadline: the rest by IBP
+                bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, len(bounds) - 1)
 
     rows_lower, rows_upper = _sided_rows(C, d, sides)
     linear, optimised_alphas = None, None
@@ -431,10 +443,12 @@ def _hybrid_walks(plan: Plan) -> dict[int, int]:
     return walks
 
 
-def _downstream_pass(plan: Plan, lower, upper, deltas, clamp, bounds, changed: int):
+def _downstream_pass(plan: Plan, lower, upper, deltas, clamp, bounds, changed: int, until: int | None = None):
     """IBP again after tensor ``changed`` got tighter bounds: the tensors before it keep theirs
-    (nothing upstream depends on it), so only the stages from ``changed`` on are recomputed."""
-    return interval_pass(plan, lower, upper, deltas, clamp, given={t: bounds[t] for t in range(1, changed + 1)})
+    (nothing upstream depends on it), so only the stages from ``changed`` on are recomputed, up
+    to tensor ``until`` (None: the output; see :func:`interval_pass`)."""
+    return interval_pass(plan, lower, upper, deltas, clamp, given={t: bounds[t] for t in range(1, changed + 1)},
+                         until=until)
 
 
 def _crown_tensor_bounds(plan: Plan, tensor: int, bounds, deltas, center, radius, relax, deadline=None, cut=None):

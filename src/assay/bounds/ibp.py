@@ -113,6 +113,7 @@ def interval_pass(
     deltas: dict[int, float] | None = None,
     clamp=None,
     given: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None,
+    until: int | None = None,
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Bounds of the input of every stage and of the output, by IBP.
 
@@ -127,14 +128,22 @@ def interval_pass(
             e.g. a parent domain's pre-activation bounds, which IBP over the same box rarely
             tightens (on oval21 cifar_base the intervals of the affine stages were a sixth of a
             ReLU-splitting search's time).
+        until: compute the tensors 0 … ``until`` only (None: all of them, the output included):
+            a caller that is about to replace a later tensor's bounds (CROWN refinement) needs
+            only those its backward walk reads, and extends the list afterwards.
     Returns:
         ``bounds[t]`` = (lower, upper) of tensor t (``bounds[p]`` is the input of ReLU stage p);
-        ``bounds[-1]`` is the output.
+        ``bounds[-1]`` is the output (with ``until``: the list ends at tensor ``until``).
     """
     deltas = deltas or {}
     given = given or {}
     bounds = [(lower, upper)]
     for position, stage in enumerate(plan.stages):
+        if until is not None and position >= until:
+            # the last tensor gets the clamping its readers would give it (known bounds, splits)
+            if clamp is not None and until in _clamped_sources(plan):
+                bounds[until] = clamp(until, *bounds[until])
+            break
         clamped = _CLAMPED[type(stage)](stage)
         if position + 1 in given and not clamped:
             bounds.append(given[position + 1])
@@ -164,6 +173,11 @@ _CLAMPED = {
     MaxPoolStage: lambda stage: (),
     OperatorStage: lambda stage: stage.sources if stage.nonlinear else (),
 }
+
+
+def _clamped_sources(plan: Plan) -> set[int]:
+    """The tensors some stage of ``plan`` clamps before relaxing them (see ``_CLAMPED``)."""
+    return {source for stage in plan.stages for source in _CLAMPED[type(stage)](stage)}
 
 
 def add_interval(lower_a, upper_a, lower_b, upper_b) -> tuple[torch.Tensor, torch.Tensor]:

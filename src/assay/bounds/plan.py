@@ -229,8 +229,50 @@ class OperatorStage:
         return self.rule.backward_magnitude(self.layer, G, self.in_shapes)
 
     def cross(self, A: torch.Tensor, bounds, alpha=None):
-        """CROWN's backward step: a :class:`~assay.bounds.rules.base.Crossing` (coefficients per source)."""
-        return self.rule.backward(self.layer, A, [bounds[s] for s in self.sources], alpha)
+        """CROWN's backward step: a :class:`~assay.bounds.rules.base.Crossing` (coefficients per source).
+
+        An element-wise rule's default relaxation (``alpha`` None) depends only on its input's
+        bounds, which stay the same for every walk of one bound computation that crosses this
+        stage (each refined tensor's walk and the output's): it is built once per bounds and
+        reused while the same tensors, unmodified, are given (:meth:`_default_relaxation`).
+        """
+        inputs = [bounds[s] for s in self.sources]
+        if alpha is None and _memoised(self.rule) and not (inputs[0][0].requires_grad or inputs[0][1].requires_grad):
+            (lower, upper), = inputs
+            return self.rule.cross(self._default_relaxation(lower, upper), A, lower, upper)
+        return self.rule.backward(self.layer, A, inputs, alpha)
+
+    def _default_relaxation(self, lower: torch.Tensor, upper: torch.Tensor):
+        """``rule.relax(layer, lower, upper)``, kept for the last bounds seen: reused when the
+        very same tensor objects come again at the same version (no in-place change since), so
+        the relaxation returned is always the one of the bounds given."""
+        key = (lower._version, upper._version)
+        kept = _RELAXATIONS.get(self)
+        if kept is not None and kept[0] is lower and kept[1] is upper and kept[2] == key:
+            return kept[3]
+        relaxation = self.rule.relax(self.layer, lower, upper)
+        _RELAXATIONS[self] = (lower, upper, key, relaxation)
+        return relaxation
+
+
+# Per OperatorStage (weakly held): the last bounds its element-wise rule was relaxed for and the
+# relaxation (see OperatorStage._default_relaxation).
+_RELAXATIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _memoised(rule) -> bool:
+    """Whether a rule's default relaxation can be kept between walks: a non-linear element-wise
+    rule that crosses by the base class's ``relax`` + ``cross`` (no backward of its own)."""
+    kind = type(rule)
+    if kind not in _MEMOISED:
+        from assay.bounds.rules.base import ElementwiseRule
+
+        _MEMOISED[kind] = (issubclass(kind, ElementwiseRule) and not rule.linear
+                           and kind.backward is ElementwiseRule.backward)
+    return _MEMOISED[kind]
+
+
+_MEMOISED: dict[type, bool] = {}
 
 
 class Plan:

@@ -65,6 +65,16 @@ def _direct_cases():
     yield ops.Binary("Add"), [(3, 5), (5,)]
     yield ops.Binary("Sub"), [(3, 1), (3, 5)]
     yield ops.Binary("Sub"), [(4,), (4,)]
+    # the moving operators and sums of small control networks' graphs (lsnc: slices, concatenations)
+    yield ops.Slice((0,), (1,), (5,), (2,)), [(6,)]
+    yield ops.Slice((0, 1), (1, 0), (3, 4), (1, 3)), [(3, 5)]
+    yield ops.Concat(0, (None, r(2), None)), [(3,), (1,)]
+    yield ops.Concat(1, (None, None)), [(2, 3), (2, 1)]
+    yield ops.Transpose((2, 0, 1)), [(2, 3, 4)]
+    yield ops.Reduce("sum", (1,), keepdims=True), [(2, 3, 4)]
+    yield ops.Reduce("sum", (0, 2), keepdims=False), [(2, 3, 4)]
+    yield ops.Reduce("mean", (0,)), [(3,)]  # no direct form: the fallback
+    yield ops.Neg(), [(2, 3)]
 
 
 @pytest.mark.parametrize("case", list(_direct_cases()), ids=lambda case: type(case[0]).__name__)
@@ -79,5 +89,9 @@ def test_direct_transposes_are_the_vector_jacobian_product(case):
     for a, b in zip(got, expected):
         assert a.shape == b.shape
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
-    if not (isinstance(layer, ops.ConstMatMul) and layer.matrix.ndim == 1):
-        assert rule.direct_transpose(layer, G, in_shapes) is not None  # the direct form was used
+    if not (isinstance(layer, ops.ConstMatMul) and layer.matrix.ndim == 1) and getattr(layer, "kind", "") != "mean":
+        direct = rule.direct_transpose(layer, G, in_shapes)
+        assert direct is not None  # the direct form exists, and is itself right (not the fallback's result)
+        for a, b in zip(direct, expected, strict=True):
+            assert a.shape == b.shape
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

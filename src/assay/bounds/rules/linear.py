@@ -178,9 +178,38 @@ def _unbroadcast(G: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor | None
 
 @register(Slice, Transpose, Concat)
 class MoveRule(LinearRule):
-    """Slice, Transpose, Concat (with constant parts): every output is one input (or constant)."""
+    """Slice, Transpose, Concat (with constant parts): every output is one input (or constant).
+
+    Backwards each has a direct transpose that only moves coefficients (exact, like the
+    vector-Jacobian product it replaces, without autograd's cost per walk: the graphs of
+    small control networks are mostly such stages).
+    """
 
     moves_only = True
+
+    def direct_transpose(self, layer, G, in_shapes):
+        if isinstance(layer, Slice):  # the coefficients back where the slice took them, zeros elsewhere
+            (in_shape,) = in_shapes
+            pulled = G.new_zeros(G.shape[0], *in_shape)
+            index = [slice(None)] * pulled.ndim
+            for axis, start, stop, step in zip(layer.axes, layer.starts, layer.stops, layer.steps):
+                index[axis + 1] = slice(start, stop, step)
+            pulled[tuple(index)] = G
+            return (pulled,)
+        if isinstance(layer, Concat):  # each input tensor's part of the coefficients (constants dropped)
+            shapes, sizes, pieces = iter(in_shapes), [], []
+            for part in layer.parts:
+                sizes.append(next(shapes)[layer.axis] if part is None else part.shape[layer.axis])
+            for part, piece in zip(layer.parts, torch.split(G, sizes, dim=layer.axis + 1)):
+                if part is None:
+                    pieces.append(piece)
+            return tuple(pieces)
+        if isinstance(layer, Transpose):  # the inverse permutation
+            inverse = [0] * len(layer.perm)
+            for position, axis in enumerate(layer.perm):
+                inverse[axis] = position
+            return (G.permute(0, *(p + 1 for p in inverse)),)
+        return None
 
 
 @register(Gather)
@@ -216,6 +245,15 @@ class ReduceRule(LinearRule):
     def fan(self, layer, in_shapes, out_shape) -> int:
         return max(1, math.prod(in_shapes[0]) // max(1, math.prod(out_shape))) + 1
 
+    def direct_transpose(self, layer, G, in_shapes):
+        if layer.kind != "sum":  # a mean's 1/n: the vector-Jacobian product's own rounding
+            return None
+        (in_shape,) = in_shapes
+        if not layer.keepdims:
+            for axis in layer.axes:
+                G = G.unsqueeze(axis + 1)
+        return (G.expand(G.shape[0], *in_shape),)  # every summed input gets its output's coefficient
+
 
 @register(Neg)
 class NegRule(LinearRule):
@@ -223,6 +261,9 @@ class NegRule(LinearRule):
 
     def absolute(self, layer):
         return lambda x: x
+
+    def direct_transpose(self, layer, G, in_shapes):
+        return (-G,)
 
 
 @register(Binary, when=lambda layer: layer.kind in ("Add", "Sub"))
