@@ -294,6 +294,9 @@ def compute_bounds(
                 if deadline is not None and time.monotonic() > deadline:
                     break  # past the deadline: the later tensors keep their interval bounds (sound)
                 until = refined[index + 1] if index + 1 < len(refined) else None
+                if len(bounds) <= position:  # the tensor before was not refined (α skips the first
+                    # ReLU layer where CROWN did not run): the lazy pass continues from where it stopped
+                    bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, len(bounds) - 1, position)
                 if position not in plan.relu_positions:  # a general operator's input: every element
                     known[position] = _crown_tensor_bounds(plan, position, bounds, deltas, center, radius, relax,
                                                            deadline)
