@@ -286,7 +286,10 @@ def compute_bounds(
                 bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position)
         elif refined:
             reach = None
-            if intermediate_method == "crown" and not (plan.has_maxpool or plan.is_general):
+            # Not under ReLU splits: a split domain's search branches on, and decides leaves by,
+            # every unstable neuron's bounds (ReLU splitting asked to branch a domain whose
+            # unreached neurons kept interval bounds found none it could split).
+            if intermediate_method == "crown" and not split_signs and not (plan.has_maxpool or plan.is_general):
                 # the lazy pass above stops at the first refined tensor; reach reads every layer's
                 # interval bounds (looser than the refined ones: a superset of the reached neurons)
                 reach = _rows_reach(network, plan, C, interval_pass(plan, lower, upper, deltas, clamp, given=known))
