@@ -176,40 +176,52 @@ def _unbroadcast(G: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor | None
     return summed.reshape(G.shape[0], *shape)
 
 
-@register(Slice, Transpose, Concat)
 class MoveRule(LinearRule):
-    """Slice, Transpose, Concat (with constant parts): every output is one input (or constant).
+    """Operators whose every output is one input (or a constant): Slice, Transpose, Concat (with
+    constant parts), Gather, Resize.
 
-    Backwards each has a direct transpose that only moves coefficients (exact, like the
-    vector-Jacobian product it replaces, without autograd's cost per walk: the graphs of
-    small control networks are mostly such stages).
+    Backwards, Slice, Concat and Transpose each have their own rule with a direct transpose that
+    only moves coefficients (exact, like the vector-Jacobian product it replaces, without
+    autograd's cost per walk: the graphs of small control networks are mostly such stages).
     """
 
     moves_only = True
 
+
+@register(Slice)
+class SliceRule(MoveRule):
     def direct_transpose(self, layer, G, in_shapes):
-        if isinstance(layer, Slice):  # the coefficients back where the slice took them, zeros elsewhere
-            (in_shape,) = in_shapes
-            pulled = G.new_zeros(G.shape[0], *in_shape)
-            index = [slice(None)] * pulled.ndim
-            for axis, start, stop, step in zip(layer.axes, layer.starts, layer.stops, layer.steps):
-                index[axis + 1] = slice(start, stop, step)
-            pulled[tuple(index)] = G
-            return (pulled,)
-        if isinstance(layer, Concat):  # each input tensor's part of the coefficients (constants dropped)
-            shapes, sizes, pieces = iter(in_shapes), [], []
-            for part in layer.parts:
-                sizes.append(next(shapes)[layer.axis] if part is None else part.shape[layer.axis])
-            for part, piece in zip(layer.parts, torch.split(G, sizes, dim=layer.axis + 1)):
-                if part is None:
-                    pieces.append(piece)
-            return tuple(pieces)
-        if isinstance(layer, Transpose):  # the inverse permutation
-            inverse = [0] * len(layer.perm)
-            for position, axis in enumerate(layer.perm):
-                inverse[axis] = position
-            return (G.permute(0, *(p + 1 for p in inverse)),)
-        return None
+        # the coefficients back where the slice took them, zeros elsewhere
+        (in_shape,) = in_shapes
+        pulled = G.new_zeros(G.shape[0], *in_shape)
+        index = [slice(None)] * pulled.ndim
+        for axis, start, stop, step in zip(layer.axes, layer.starts, layer.stops, layer.steps):
+            index[axis + 1] = slice(start, stop, step)
+        pulled[tuple(index)] = G
+        return (pulled,)
+
+
+@register(Concat)
+class ConcatRule(MoveRule):
+    def direct_transpose(self, layer, G, in_shapes):
+        # each input tensor's part of the coefficients (constants dropped)
+        shapes, sizes, pieces = iter(in_shapes), [], []
+        for part in layer.parts:
+            sizes.append(next(shapes)[layer.axis] if part is None else part.shape[layer.axis])
+        for part, piece in zip(layer.parts, torch.split(G, sizes, dim=layer.axis + 1)):
+            if part is None:
+                pieces.append(piece)
+        return tuple(pieces)
+
+
+@register(Transpose)
+class TransposeRule(MoveRule):
+    def direct_transpose(self, layer, G, in_shapes):
+        # the inverse permutation
+        inverse = [0] * len(layer.perm)
+        for position, axis in enumerate(layer.perm):
+            inverse[axis] = position
+        return (G.permute(0, *(p + 1 for p in inverse)),)
 
 
 @register(Gather)
