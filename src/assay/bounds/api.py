@@ -23,7 +23,7 @@ from assay.bounds.ibp import cast_outward, center_radius, interval_pass
 from assay.bounds.methods import METHODS, bound_method
 from assay.bounds.optimize import Objective, optimize_bounds
 from assay.bounds.options import AlphaCrownOptions, BetaCrownOptions
-from assay.bounds.plan import MaxPoolStage, OperatorStage, Plan, ReluStage, plan_for, unit_roundoff
+from assay.bounds.plan import Plan, plan_for, unit_roundoff
 from assay.bounds.result import BoundsResult, IntermediateBounds, LinearBounds
 from assay.bounds.walks import gradient_bounds
 from assay.errors import DataError, OptionError, SpecError
@@ -437,8 +437,7 @@ def _hybrid_walks(plan: Plan) -> dict[int, int]:
     8,192 neurons behind one convolution each, took most of every box's time that way.)"""
     sizes = [math.prod(shape) for shape in plan.network.shapes]
     cuts = [0] + cut_tensors(plan)
-    relaxed = [isinstance(stage, (ReluStage, MaxPoolStage)) or (isinstance(stage, OperatorStage) and stage.nonlinear)
-               for stage in plan.stages]
+    relaxed = [stage.relaxes for stage in plan.stages]
     walks = {}
     for tensor in sorted(set(plan.relu_positions) | set(plan.operator_inputs) - {0}):
         for stop in cuts:  # ascending: the farthest first

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from assay.bounds.plan import AddStage, AffineStage, Plan, ReluStage
+from assay.bounds.plan import Plan
 
 
 @dataclass(frozen=True)
@@ -91,21 +91,7 @@ def tensor_windows(plan: Plan, origin: int = 0) -> list[Window | None | tuple]:
         if not sources:
             out = ()
         elif len(shapes[position + 1]) == 3 and all(w is not None for w in sources):
-            if isinstance(stage, ReluStage):
-                out = sources[0]
-            elif isinstance(stage, AddStage):
-                out = sources[0]
-                for other in sources[1:]:
-                    if any(x.stride != y.stride for x, y in zip(out, other)):
-                        out = None
-                        break
-                    out = tuple(AxisWindow(x.stride, min(x.lo, y.lo), max(x.hi, y.hi)) for x, y in zip(out, other))
-            elif isinstance(stage, AffineStage) and stage.kind == "conv":
-                conv = stage.conv
-                kernel = stage.weight.shape[2:]
-                out = tuple(AxisWindow(w.stride * conv.stride[axis], w.lo - w.stride * conv.padding[axis],
-                                       w.hi + w.stride * (conv.dilation[axis] * (kernel[axis] - 1) - conv.padding[axis]))
-                            for axis, w in enumerate(sources[0]))
+            out = stage.window(sources)
         windows[position + 1] = out
     return windows
 

@@ -27,7 +27,7 @@ import math
 import torch
 
 from assay.bounds.forward_columns import tensor_windows
-from assay.bounds.plan import AddStage, AffineStage, Plan, ReluStage
+from assay.bounds.plan import Plan
 
 
 def row_spacing(plan: Plan, target: int) -> tuple[tuple[int, int], dict] | None:
@@ -39,7 +39,7 @@ def row_spacing(plan: Plan, target: int) -> tuple[tuple[int, int], dict] | None:
     if len(plan.network.shapes[target]) != 3:
         return None
     for stage in plan.stages[:target]:
-        if not isinstance(stage, (ReluStage, AddStage)) and not (isinstance(stage, AffineStage) and stage.kind == "conv"):
+        if not stage.windowed:
             return None
     spacing = [1, 1]
     fields = {}

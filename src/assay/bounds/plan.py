@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -83,6 +84,24 @@ class AffineStage:
     # CSR forms of a large sparse linear stage's weights (:func:`assay.nn.sparse.is_sparse_weight`):
     # the maps below use them unless given another weight; `weight`/`abs_weight` stay dense.
     sparse: SparseWeights | None = None
+
+    relaxes: ClassVar[bool] = False  # its bounds need no relaxation (see ReluStage.relaxes)
+
+    @property
+    def windowed(self) -> bool:
+        """Whether :meth:`window` knows this stage's receptive field (a convolution)."""
+        return self.kind == "conv"
+
+    def window(self, sources):
+        """The receptive field of an output element over the image (see
+        :func:`assay.bounds.forward_columns.tensor_windows`), from its source's per-axis windows
+        (stride, lo, hi): widened by the kernel, padding and dilation; None if not a convolution."""
+        if self.kind != "conv":
+            return None
+        conv, kernel = self.conv, self.weight.shape[2:]
+        return tuple(type(w)(w.stride * conv.stride[axis], w.lo - w.stride * conv.padding[axis],
+                             w.hi + w.stride * (conv.dilation[axis] * (kernel[axis] - 1) - conv.padding[axis]))
+                     for axis, w in enumerate(sources[0]))
 
     # ---------------------------------------------------------------- forward maps
     def forward(self, x: torch.Tensor, weight=None, bias=None) -> torch.Tensor:
@@ -175,6 +194,15 @@ class ReluStage:
     shape: tuple[int, ...]
     sources: tuple[int, ...] = ()  # always (its position,): the tensor just before it
 
+    # whether a backward walk crossing it chooses a relaxation per row (walks that cross only
+    # stages without one reproduce forward bounds exactly)
+    relaxes: ClassVar[bool] = True
+    windowed: ClassVar[bool] = True
+
+    def window(self, sources):
+        """Element-wise: each output reads what its input reads."""
+        return sources[0]
+
 
 @dataclass(frozen=True, eq=False)
 class AddStage:
@@ -183,6 +211,18 @@ class AddStage:
     index: int
     shape: tuple[int, ...]
     sources: tuple[int, ...] = ()
+
+    relaxes: ClassVar[bool] = False
+    windowed: ClassVar[bool] = True
+
+    def window(self, sources):
+        """The union of both summands' windows (None where their strides differ)."""
+        out = sources[0]
+        for other in sources[1:]:
+            if any(x.stride != y.stride for x, y in zip(out, other)):
+                return None
+            out = tuple(type(x)(x.stride, min(x.lo, y.lo), max(x.hi, y.hi)) for x, y in zip(out, other))
+        return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -196,6 +236,12 @@ class MaxPoolStage:
     kernel: tuple[int, int]
     stride: tuple[int, int]
     sources: tuple[int, ...] = ()
+
+    relaxes: ClassVar[bool] = True
+    windowed: ClassVar[bool] = False
+
+    def window(self, sources):
+        return None
 
     @property
     def overlap(self) -> int:
@@ -216,9 +262,18 @@ class OperatorStage:
     out_shape: tuple[int, ...]
     sources: tuple[int, ...] = ()
 
+    windowed: ClassVar[bool] = False
+
     @property
     def nonlinear(self) -> bool:
         return not self.rule.linear
+
+    @property
+    def relaxes(self) -> bool:
+        return self.nonlinear
+
+    def window(self, sources):
+        return None
 
     def interval(self, bounds) -> tuple[torch.Tensor, torch.Tensor]:
         """Bounds of the output from ``bounds[t]`` of the tensors it reads."""
