@@ -96,11 +96,13 @@ def test_many_boxes_hold_in_one_batched_call_and_one_unsafe_box_is_found(seed, t
     safe = read_vnnlib(_vnnlib(tmp_path / "safe.vnnlib", lower, upper, peak + 0.05), 2, 1)
     result = verify_vnnlib(network, safe, timeout=60)
     assert result.status is VerificationStatus.HOLDS
+    assert result.stats.queries == BOXES, "the statistics count the queries given, not those the screen left"
     thresholds = peak + 0.05
     thresholds[BOXES - 2] = peak[BOXES - 2] - 1e-5  # one box holds a point above its threshold
     unsafe = read_vnnlib(_vnnlib(tmp_path / "unsafe.vnnlib", lower, upper, thresholds), 2, 1)
     result = verify_vnnlib(network, unsafe, timeout=60)
     assert result.status is VerificationStatus.VIOLATED
+    assert result.stats.queries == BOXES
     x = result.counterexample.input.reshape(-1)
     assert float(lower[BOXES - 2, 0]) <= float(x[0]) <= float(upper[BOXES - 2, 0]) and float(x[1]) == FIXED
     assert float(network(x.reshape(1, 2))) >= float(thresholds[BOXES - 2])

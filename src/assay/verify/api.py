@@ -120,6 +120,7 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
     deadline = Deadline(started + options.timeout)
     stats = SearchStats()
     searches: list[SearchState] = []
+    total_queries = len(queries)  # reported as given: screening and cells narrow `queries` below
 
     def finish(status, found=None, query=None, reason=None):
         counterexample = None
@@ -129,7 +130,7 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
             if counterexample is None:
                 status = VerificationStatus.UNKNOWN
         return VerificationResult(status, counterexample, VerificationStats(
-            **stats.to_json(), queries=len(queries), strategy=strategy, seconds=time.monotonic() - started,
+            **stats.to_json(), queries=total_queries, strategy=strategy, seconds=time.monotonic() - started,
         ), tuple(searches), reason)
 
     # A box that varies only in table keys (a patch's position) is decided cell by cell.
