@@ -1,8 +1,8 @@
 """The hull LP of one-ReLU-layer networks (assay.verify.root_lp) and its weak-duality certificate.
 
 Falsified against the exact maximum (a MILP per row, itself checked against every activation
-pattern's LP on small networks), rows placed
-1e-4 from zero, multipliers that are not optimal, and α-CROWN (which the LP must never lose to).
+pattern's LP on small networks), rows placed 1e-4 from zero, multipliers that are not optimal,
+and α-CROWN (which the LP must never lose to).
 """
 
 from __future__ import annotations
