@@ -82,10 +82,11 @@ def test_walks_stopped_at_a_cut_with_symbols_bound_every_sample(dtype, seed, wid
     x = sample_box(lower.double(), upper.double(), rng, SAMPLES)
     y = forward_batched(network, x)
     values = torch.cat([y, -y], 2)
-    for stop, cut in cuts.items():
-        back = backsubstitute(plan, len(plan.stages), C, torch.zeros(3, 4, dtype=dtype), bounds, cut=cut)
-        low = concretize(plan, back, center, radius)[0].double()
-        assert (values >= low.unsqueeze(0)).all(), f"cut at {stop}: below by {float((low - values).max()):.3g}"
+    for stop, whole in cuts.items():
+        for cut in (whole, whole.folded()):  # folded: the symbols' least values moved into the budgets
+            back = backsubstitute(plan, len(plan.stages), C, torch.zeros(3, 4, dtype=dtype), bounds, cut=cut)
+            low = concretize(plan, back, center, radius)[0].double()
+            assert (values >= low.unsqueeze(0)).all(), f"cut at {stop}: below by {float((low - values).max()):.3g}"
 
 
 @given(seed=st.integers(0, 2**32 - 1))
@@ -164,3 +165,7 @@ def test_a_cut_gives_back_its_own_forward_bounds(seed, width):
         value = concretize(plan, back, center, radius)[0]
         torch.testing.assert_close(value[:, :n], bounds_of[t][0].reshape(2, -1), rtol=0, atol=1e-9)
         torch.testing.assert_close(-value[:, n:], bounds_of[t][1].reshape(2, -1), rtol=0, atol=1e-9)
+        # folded, the symbols' magnitudes are charged to each element alone: the same bounds here
+        back = backsubstitute(plan, t, C, torch.zeros(2, 2 * n, dtype=torch.float64), bounds, cut=cuts[t].folded())
+        folded = concretize(plan, back, center, radius)[0]
+        torch.testing.assert_close(folded, value, rtol=0, atol=1e-9)

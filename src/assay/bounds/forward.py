@@ -291,8 +291,12 @@ def _elementwise(stage: OperatorStage, f: _LinearFunctions, lower, upper, input_
 def _concretize(f: _LinearFunctions, center, radius, input_magnitude):
     """Sound concrete bounds (lower, upper) of the stage input described by ``f``."""
     columns = f.columns
-    low = _contract(f.a_lo, center, columns) - _contract(f.a_lo.abs(), radius, columns) + f.c_lo - f.e_lo
-    high = _contract(f.a_hi, center, columns) + _contract(f.a_hi.abs(), radius, columns) + f.c_hi + f.e_hi
+    if f.shared:  # the same products as below, computed once
+        mid, spread = _contract(f.a_lo, center, columns), _contract(f.a_lo.abs(), radius, columns)
+        low, high = mid - spread + f.c_lo - f.e_lo, mid + spread + f.c_hi + f.e_hi
+    else:
+        low = _contract(f.a_lo, center, columns) - _contract(f.a_lo.abs(), radius, columns) + f.c_lo - f.e_lo
+        high = _contract(f.a_hi, center, columns) + _contract(f.a_hi.abs(), radius, columns) + f.c_hi + f.e_hi
     n = center.shape[1]
     u = unit_roundoff(center.dtype)
     margin = 4.0 * (n + 4) * u * (f.magnitude(input_magnitude) + f.e_lo + f.e_hi)
@@ -320,6 +324,20 @@ class Cut:
         picked = _LinearFunctions(a_lo, f.c_lo[members], f.e_lo[members], a_lo if f.shared else f.a_hi[members],
                                   f.c_hi[members], f.e_hi[members])
         return Cut(self.tensor, picked, self.input_magnitude[members], self.input_shape, self.columns)
+
+    def folded(self) -> Cut:
+        """The cut without its error-symbol columns: each side's least value over the symbols
+        (its coefficients' magnitudes, with their sum's rounding) moves into its budget. Sound
+        and smaller, looser by the correlation the symbols kept."""
+        f, inputs = self.functions, self.columns.numel()
+        if f.a_lo.shape[1] == inputs:
+            return self
+        terms = gamma(f.a_lo.shape[1] - inputs + 2, f.c_lo.dtype)
+        spread = lambda a: a[:, inputs:].abs().sum(1) * (1 + 2 * terms)  # noqa: E731
+        a_lo = f.a_lo[:, :inputs]
+        picked = _LinearFunctions(a_lo, f.c_lo, f.e_lo + spread(f.a_lo), a_lo if f.shared else f.a_hi[:, :inputs],
+                                  f.c_hi, f.e_hi + spread(f.a_hi))
+        return Cut(self.tensor, picked, self.input_magnitude[:, :inputs], self.input_shape, self.columns)
 
     @staticmethod
     def concatenate(cuts: list[Cut]) -> Cut:
@@ -413,6 +431,9 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
         for t, value in found.items():
             result.setdefault(t, []).append(value)
         for t, cut in (own or {}).items():
+            # B domains' cuts with this many columns would outgrow the coefficient budget: folded
+            if lower.shape[0] * cut.functions.a_lo[0].numel() > MAX_FORWARD_COEFFICIENTS:
+                cut = cut.folded()
             parts.setdefault(t, []).append(cut)
     if cuts is not None:
         cuts.update({t: Cut.concatenate(c) for t, c in parts.items()})
