@@ -83,10 +83,19 @@ class _LinearFunctions:
         """Both sides have the same coefficient tensor (one object): maps compute it once."""
         return self.a_lo is self.a_hi
 
-    def magnitude(self, input_magnitude: torch.Tensor) -> torch.Tensor:
-        """≥ |a·x| + |c| of both sides over the domain: (B, *shape)."""
-        coeff = self.a_lo.abs() if self.shared else torch.maximum(self.a_lo.abs(), self.a_hi.abs())
-        return _contract(coeff, input_magnitude, self.columns) + torch.maximum(self.c_lo.abs(), self.c_hi.abs())
+    def magnitude(self, input_magnitude: torch.Tensor, absolute: torch.Tensor | None = None) -> torch.Tensor:
+        """≥ |a·x| + |c| of both sides over the domain: (B, *shape). ``absolute``: ``|a|`` of a
+        shared coefficient tensor if the caller has it. Remembered for the same tensors (the
+        stage that reads a ReLU's input asks again after its concretisation did)."""
+        key = (input_magnitude, self.a_lo, self.a_hi, self.c_lo, self.c_hi)
+        memo = getattr(self, "_magnitude", None)
+        if memo is not None and all(x is y for x, y in zip(memo[0], key)):
+            return memo[1]
+        if absolute is None:
+            absolute = self.a_lo.abs() if self.shared else torch.maximum(self.a_lo.abs(), self.a_hi.abs())
+        value = _contract(absolute, input_magnitude, self.columns) + torch.maximum(self.c_lo.abs(), self.c_hi.abs())
+        self._magnitude = (key, value)
+        return value
 
     def padded(self, n: int) -> _LinearFunctions:
         """The same functions over ``n`` columns: zero coefficients on the columns added after
@@ -291,15 +300,17 @@ def _elementwise(stage: OperatorStage, f: _LinearFunctions, lower, upper, input_
 def _concretize(f: _LinearFunctions, center, radius, input_magnitude):
     """Sound concrete bounds (lower, upper) of the stage input described by ``f``."""
     columns = f.columns
+    absolute = None
     if f.shared:  # the same products as below, computed once
-        mid, spread = _contract(f.a_lo, center, columns), _contract(f.a_lo.abs(), radius, columns)
+        absolute = f.a_lo.abs()
+        mid, spread = _contract(f.a_lo, center, columns), _contract(absolute, radius, columns)
         low, high = mid - spread + f.c_lo - f.e_lo, mid + spread + f.c_hi + f.e_hi
     else:
         low = _contract(f.a_lo, center, columns) - _contract(f.a_lo.abs(), radius, columns) + f.c_lo - f.e_lo
         high = _contract(f.a_hi, center, columns) + _contract(f.a_hi.abs(), radius, columns) + f.c_hi + f.e_hi
     n = center.shape[1]
     u = unit_roundoff(center.dtype)
-    margin = 4.0 * (n + 4) * u * (f.magnitude(input_magnitude) + f.e_lo + f.e_hi)
+    margin = 4.0 * (n + 4) * u * (f.magnitude(input_magnitude, absolute) + f.e_lo + f.e_hi)
     # an unbounded operator upstream (a reciprocal across 0) leaves inf − inf: no bound there
     return (low - margin).nan_to_num(nan=-torch.inf), (high + margin).nan_to_num(nan=torch.inf)
 
