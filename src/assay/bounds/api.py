@@ -138,7 +138,9 @@ def compute_bounds(
             root of a branch-and-bound search; with ``intermediate`` given, the CROWN pass is
             skipped, as α starts from it; with ``method="beta"`` and ``splits``, each neuron's
             bounds also get multipliers of their own for the earlier layers' splits) or
-            ``"hybrid"`` (forward bounds, then CROWN for the tensors whose backward walk back to
+            ``"hybrid"`` (forward bounds with error symbols, one per unstable ReLU neuron and
+            shared by every later tensor (zonotopes, see :func:`~assay.bounds.forward.forward_bounds`'s
+            ``symbols``), then CROWN for the tensors whose backward walk back to
             a cut, a tensor every path from the input crosses, is short, with the cut's forward
             bounds substituted there; the others keep their forward bounds: for networks with few
             inputs and large tensors, a generator, where full CROWN costs minutes per domain;
@@ -232,16 +234,23 @@ def compute_bounds(
                 known[tensor] = given
         infeasible = torch.zeros(batch, dtype=torch.bool)
 
-        def clamp(position, l, u):
+        def clamp(position, l, u, members=None):
+            """``l``, ``u`` intersected with what is known of tensor ``position`` (for the domains
+            ``members``, an index tensor, when given: ``l``, ``u`` hold those domains only)."""
             nonlocal infeasible
+            pick = (lambda t: t) if members is None else (lambda t: t[members] if t.shape[0] == batch else t)  # noqa: E731
             if position in known:
-                l, u = torch.maximum(l, known[position][0]), torch.minimum(u, known[position][1])
+                l, u = torch.maximum(l, pick(known[position][0])), torch.minimum(u, pick(known[position][1]))
             if position in split_signs:
-                signs = split_signs[position]
+                signs = pick(split_signs[position])
                 l = torch.where(signs < 0, l.clamp(min=0), l)  # sign −1 marks z ≥ 0 (active)
                 u = torch.where(signs > 0, u.clamp(max=0), u)  # sign +1 marks z ≤ 0 (inactive)
             empty = (l > u).reshape(l.shape[0], -1).any(1)
-            infeasible = infeasible | empty
+            if members is None:
+                infeasible = infeasible | empty
+            else:
+                infeasible = infeasible.clone()
+                infeasible[members] |= empty
             return l, torch.maximum(l, u)
 
         # the given pre-activation bounds stand for their tensors' intervals (clamp intersects
@@ -270,12 +279,15 @@ def compute_bounds(
                 )
             interval = bounds
 
-            def clamp_with_interval(position, l, u):
-                return clamp(position, torch.maximum(l, interval[position][0]), torch.minimum(u, interval[position][1]))
+            def clamp_with_interval(position, l, u, members=None):
+                low, high = interval[position] if members is None else (t[members] for t in interval[position])
+                return clamp(position, torch.maximum(l, low), torch.minimum(u, high), members)
 
             walks = _hybrid_walks(plan) if intermediate_method == "hybrid" else {}
             cuts = {}
-            known.update(forward_bounds(plan, lower, upper, clamp_with_interval, keep=set(walks.values()), cuts=cuts))
+            # "hybrid": error symbols keep the correlations that many unstable neurons' relaxations lose
+            known.update(forward_bounds(plan, lower, upper, clamp_with_interval, keep=set(walks.values()), cuts=cuts,
+                                        symbols=intermediate_method == "hybrid"))
             bounds = interval_pass(plan, lower, upper, deltas, clamp)
             for position, stop in walks.items():  # "hybrid": CROWN where the walk back to a cut is short
                 if deadline is not None and time.monotonic() > deadline:

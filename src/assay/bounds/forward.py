@@ -21,6 +21,12 @@ softmax, …) starts afresh from its output's interval (constant functions). So 
 five inputs and images of 28,800 elements costs a dozen passes of the network, where backward
 substitution costs one walk of the whole prefix per element.
 
+With ``symbols`` (:func:`forward_bounds`), a ReLU instead adds one error symbol per unstable
+neuron, a new input column in [−1, 1] shared by every later tensor (the zonotope step, DeepZ):
+the per-side relaxation forgets that the same neuron's error reaches many later neurons, the
+symbols keep it, and errors cancel downstream. Two sides that share one coefficient tensor
+(``a_lo is a_hi``, as a pure chain of affine maps and symbol steps keeps them) are mapped once.
+
 Rounding: ``e_lo``/``e_hi`` ≥ 0 are error budgets in exact arithmetic: each step adds the
 floating-point error bound of its sums (Higham §3.1) times the magnitudes involved, so the
 stated inequality holds for the computed coefficients evaluated exactly; concretisation then
@@ -72,10 +78,35 @@ class _LinearFunctions:
         self.a_hi, self.c_hi, self.e_hi = a_hi, c_hi, e_hi
         self.columns = columns
 
-    def magnitude(self, input_magnitude: torch.Tensor) -> torch.Tensor:
-        """≥ |a·x| + |c| of both sides over the domain: (B, *shape)."""
-        coeff = torch.maximum(self.a_lo.abs(), self.a_hi.abs())
-        return _contract(coeff, input_magnitude, self.columns) + torch.maximum(self.c_lo.abs(), self.c_hi.abs())
+    @property
+    def shared(self) -> bool:
+        """Both sides have the same coefficient tensor (one object): maps compute it once."""
+        return self.a_lo is self.a_hi
+
+    def magnitude(self, input_magnitude: torch.Tensor, absolute: torch.Tensor | None = None) -> torch.Tensor:
+        """≥ |a·x| + |c| of both sides over the domain: (B, *shape). ``absolute``: ``|a|`` of a
+        shared coefficient tensor if the caller has it. Remembered for the same tensors (the
+        stage that reads a ReLU's input asks again after its concretisation did)."""
+        key = (input_magnitude, self.a_lo, self.a_hi, self.c_lo, self.c_hi)
+        memo = getattr(self, "_magnitude", None)
+        if memo is not None and all(x is y for x, y in zip(memo[0], key)):
+            return memo[1]
+        if absolute is None:
+            absolute = self.a_lo.abs() if self.shared else torch.maximum(self.a_lo.abs(), self.a_hi.abs())
+        value = _contract(absolute, input_magnitude, self.columns) + torch.maximum(self.c_lo.abs(), self.c_hi.abs())
+        self._magnitude = (key, value)
+        return value
+
+    def padded(self, n: int) -> _LinearFunctions:
+        """The same functions over ``n`` columns: zero coefficients on the columns added after
+        the present ones (error symbols introduced downstream of this tensor)."""
+        extra = n - self.a_lo.shape[1]
+        if extra <= 0:
+            return self
+        pad = lambda a: torch.cat([a, a.new_zeros(a.shape[0], extra, *a.shape[2:])], 1)  # noqa: E731
+        a_lo = pad(self.a_lo)
+        a_hi = a_lo if self.shared else pad(self.a_hi)
+        return _LinearFunctions(a_lo, self.c_lo, self.e_lo, a_hi, self.c_hi, self.e_hi, self.columns)
 
 
 def _apply(stage: AffineStage, tensor: torch.Tensor, weight, bias=None) -> torch.Tensor:
@@ -88,13 +119,17 @@ def _apply(stage: AffineStage, tensor: torch.Tensor, weight, bias=None) -> torch
 def _affine(stage: AffineStage, f: _LinearFunctions, input_magnitude) -> _LinearFunctions:
     if stage.kind == "flatten":
         reshape = lambda t, lead: t.reshape(*t.shape[:lead], *stage.out_shape)  # noqa: E731
-        return _LinearFunctions(reshape(f.a_lo, 2), reshape(f.c_lo, 1), reshape(f.e_lo, 1),
-                                reshape(f.a_hi, 2), reshape(f.c_hi, 1), reshape(f.e_hi, 1))
+        a_lo = reshape(f.a_lo, 2)
+        return _LinearFunctions(a_lo, reshape(f.c_lo, 1), reshape(f.e_lo, 1),
+                                a_lo if f.shared else reshape(f.a_hi, 2), reshape(f.c_hi, 1), reshape(f.e_hi, 1))
     positive, negative = stage.signed_weights()
     u = unit_roundoff(f.c_lo.dtype)
     gamma = 2.0 * (2 * stage.fan + 4) * u
-    a_lo = _apply(stage, f.a_lo, positive) + _apply(stage, f.a_hi, negative)
-    a_hi = _apply(stage, f.a_hi, positive) + _apply(stage, f.a_lo, negative)
+    if f.shared:  # W⁺a + W⁻a = W a: one map (a sum of fan products, within the same rounding bound)
+        a_lo = a_hi = _apply(stage, f.a_lo, None)
+    else:
+        a_lo = _apply(stage, f.a_lo, positive) + _apply(stage, f.a_hi, negative)
+        a_hi = _apply(stage, f.a_hi, positive) + _apply(stage, f.a_lo, negative)
     c_lo = stage.forward(f.c_lo, positive, stage.bias) + stage.forward(f.c_hi, negative)
     c_hi = stage.forward(f.c_hi, positive, stage.bias) + stage.forward(f.c_lo, negative)
     # Errors: the inherited budgets through |W|, plus this step's rounding of coefficients and
@@ -121,6 +156,50 @@ def _relu(f: _LinearFunctions, lower, upper, input_magnitude) -> _LinearFunction
     return _LinearFunctions(f.a_lo * expand(keep), f.c_lo * keep, f.e_lo * keep, a_hi, c_hi, e_hi)
 
 
+def _relu_symbols(f: _LinearFunctions, lower, upper, input_magnitude) -> _LinearFunctions:
+    """Both functions through a ReLU by a parallel relaxation with one new error symbol per
+    unstable neuron (DeepZ's zonotope step), appended as columns after ``f``'s.
+
+    With ``λ = u/(u − l)`` (0 or 1 where the neuron is stable) and ``m ≥ max(−λ l, (1 − λ) u)``,
+    ``relu(z) − λ z`` lies in ``[0, m]`` for every ``z`` in ``[l, u]`` (it is piecewise linear
+    with values ``−λ l``, 0 and ``(1 − λ) u`` at ``l``, 0 and ``u``, any ``λ`` in [0, 1]). So
+    ``relu(z) = λ z + m/2 + (m/2) ε`` for ``ε = (relu(z) − λ z − m/2)/(m/2)`` in [−1, 1], a value
+    fixed by the input: the new column carries ``m/2`` on its neuron and the symbol ε, a new
+    input of centre 0 and radius 1, is shared by every later tensor. Each later bound then
+    holds for every input ``x`` at the symbols' values for ``x``, so minimising over the box and
+    over ``ε`` in [−1, 1]ᵏ is sound, and the symbols keep the correlation a per-neuron
+    relaxation loses (an error of one neuron can cancel itself downstream). ``m`` is rounded
+    upwards; the products ``λ·a`` are budgeted as in :func:`_relu`.
+
+    Returns the functions (B, n + k, *shape), k the most unstable neurons of a domain (a domain
+    with fewer has zero columns for the rest).
+    """
+    batch = lower.shape[0]
+    u = unit_roundoff(lower.dtype)
+    unstable = (lower < 0) & (upper > 0)
+    slope = torch.where(upper <= 0, torch.zeros_like(lower), torch.ones_like(lower))
+    slope = torch.where(unstable, upper / (upper - lower), slope).clamp(0.0, 1.0)
+    gap = torch.maximum(-slope * lower, (1 - slope) * upper) * (1 + 4 * u)
+    half = torch.where(unstable, gap / 2, torch.zeros_like(gap))
+    expand = lambda t: t.unsqueeze(1)  # noqa: E731
+    a_lo = f.a_lo * expand(slope)
+    a_hi = a_lo if f.shared else f.a_hi * expand(slope)
+    magnitude = f.magnitude(input_magnitude)
+    budget = lambda e: e * slope * (1 + 2 * u) + 4 * u * (slope * magnitude + half)  # noqa: E731
+    flat = unstable.reshape(batch, -1)
+    k = int(flat.sum(1).max()) if batch else 0
+    if k:
+        order = torch.sort(flat.to(torch.int8), dim=1, descending=True, stable=True).indices[:, :k]
+        valid = torch.gather(flat, 1, order)
+        columns = lower.new_zeros(batch, k, flat.shape[1])
+        values = torch.gather(half.reshape(batch, -1), 1, order) * valid
+        columns.scatter_(2, order.unsqueeze(-1), values.unsqueeze(-1))
+        columns = columns.reshape(batch, k, *lower.shape[1:])
+        a_lo = torch.cat([a_lo, columns], 1)
+        a_hi = a_lo if f.shared else torch.cat([a_hi, columns], 1)
+    return _LinearFunctions(a_lo, f.c_lo * slope + half, budget(f.e_lo), a_hi, f.c_hi * slope + half, budget(f.e_hi))
+
+
 def _add(f: _LinearFunctions, g: _LinearFunctions, input_magnitude) -> _LinearFunctions:
     """The sum of two tensors' linear functions (a residual connection).
 
@@ -129,8 +208,10 @@ def _add(f: _LinearFunctions, g: _LinearFunctions, input_magnitude) -> _LinearFu
     """
     u = unit_roundoff(f.c_lo.dtype)
     rounding = 4 * u * (f.magnitude(input_magnitude) + g.magnitude(input_magnitude))
-    return _LinearFunctions(f.a_lo + g.a_lo, f.c_lo + g.c_lo, (f.e_lo + g.e_lo) * (1 + 4 * u) + rounding,
-                            f.a_hi + g.a_hi, f.c_hi + g.c_hi, (f.e_hi + g.e_hi) * (1 + 4 * u) + rounding)
+    a_lo = f.a_lo + g.a_lo
+    a_hi = a_lo if f.shared and g.shared else f.a_hi + g.a_hi
+    return _LinearFunctions(a_lo, f.c_lo + g.c_lo, (f.e_lo + g.e_lo) * (1 + 4 * u) + rounding,
+                            a_hi, f.c_hi + g.c_hi, (f.e_hi + g.e_hi) * (1 + 4 * u) + rounding)
 
 
 def _constant(low: torch.Tensor, high: torch.Tensor, n: int) -> _LinearFunctions:
@@ -161,14 +242,20 @@ def _linear_operator(stage: OperatorStage, sources: list[_LinearFunctions], inpu
         return lead(layer.forward(*[flat(t) for t in tensors]) - constant)
 
     if rule.moves_only:  # every output is one input or a constant: exact in floats
+        a_lo = coefficients(*[f.a_lo for f in sources])
         return _LinearFunctions(
-            coefficients(*[f.a_lo for f in sources]), layer.forward(*[f.c_lo for f in sources]),
+            a_lo, layer.forward(*[f.c_lo for f in sources]),
             layer.forward(*[f.e_lo for f in sources]) - constant,
-            coefficients(*[f.a_hi for f in sources]), layer.forward(*[f.c_hi for f in sources]),
+            a_lo if all(f.shared for f in sources) else coefficients(*[f.a_hi for f in sources]),
+            layer.forward(*[f.c_hi for f in sources]),
             layer.forward(*[f.e_hi for f in sources]) - constant)
     absolute = rule.absolute_map(layer)
-    a_mid = coefficients(*[(f.a_lo + f.a_hi) / 2 for f in sources])
-    a_half = lead(absolute(*[flat((f.a_hi - f.a_lo) / 2) for f in sources]))
+    if all(f.shared for f in sources):  # m = a exactly and w = 0: both functions are L a
+        a_mid = coefficients(*[f.a_lo for f in sources])
+        a_half = None
+    else:
+        a_mid = coefficients(*[(f.a_lo + f.a_hi) / 2 for f in sources])
+        a_half = lead(absolute(*[flat((f.a_hi - f.a_lo) / 2) for f in sources]))
     c_mid = layer.forward(*[(f.c_lo + f.c_hi) / 2 for f in sources])
     c_half = absolute(*[(f.c_hi - f.c_lo) / 2 for f in sources])
     fan = rule.fan(layer, list(stage.in_shapes), tuple(stage.out_shape))
@@ -177,6 +264,8 @@ def _linear_operator(stage: OperatorStage, sources: list[_LinearFunctions], inpu
     rounding = g * (absolute(*[f.magnitude(input_magnitude) for f in sources]) + constant.abs() * (2 + inputs_sum))
     # the inherited budgets through |L| (the larger side of each source: they are rounding budgets)
     budget = absolute(*[torch.maximum(f.e_lo, f.e_hi) for f in sources]) * (1 + g) + rounding
+    if a_half is None:
+        return _LinearFunctions(a_mid, c_mid - c_half, budget, a_mid, c_mid + c_half, budget)
     return _LinearFunctions(a_mid - a_half, c_mid - c_half, budget, a_mid + a_half, c_mid + c_half, budget)
 
 
@@ -211,11 +300,17 @@ def _elementwise(stage: OperatorStage, f: _LinearFunctions, lower, upper, input_
 def _concretize(f: _LinearFunctions, center, radius, input_magnitude):
     """Sound concrete bounds (lower, upper) of the stage input described by ``f``."""
     columns = f.columns
-    low = _contract(f.a_lo, center, columns) - _contract(f.a_lo.abs(), radius, columns) + f.c_lo - f.e_lo
-    high = _contract(f.a_hi, center, columns) + _contract(f.a_hi.abs(), radius, columns) + f.c_hi + f.e_hi
+    absolute = None
+    if f.shared:  # the same products as below, computed once
+        absolute = f.a_lo.abs()
+        mid, spread = _contract(f.a_lo, center, columns), _contract(absolute, radius, columns)
+        low, high = mid - spread + f.c_lo - f.e_lo, mid + spread + f.c_hi + f.e_hi
+    else:
+        low = _contract(f.a_lo, center, columns) - _contract(f.a_lo.abs(), radius, columns) + f.c_lo - f.e_lo
+        high = _contract(f.a_hi, center, columns) + _contract(f.a_hi.abs(), radius, columns) + f.c_hi + f.e_hi
     n = center.shape[1]
     u = unit_roundoff(center.dtype)
-    margin = 4.0 * (n + 4) * u * (f.magnitude(input_magnitude) + f.e_lo + f.e_hi)
+    margin = 4.0 * (n + 4) * u * (f.magnitude(input_magnitude, absolute) + f.e_lo + f.e_hi)
     # an unbounded operator upstream (a reciprocal across 0) leaves inf − inf: no bound there
     return (low - margin).nan_to_num(nan=-torch.inf), (high + margin).nan_to_num(nan=torch.inf)
 
@@ -227,16 +322,49 @@ class Cut:
     tensors bounded after it must cross it, so coefficients reaching it are all it needs."""
 
     tensor: int
-    functions: _LinearFunctions  # (B, k, *shape) coefficients on the k varying inputs, (B, *shape) constants, budgets
-    input_magnitude: torch.Tensor  # (B, k): max |x| of the varying inputs over each domain
+    functions: _LinearFunctions  # (B, k + s, *shape) coefficients on the k varying inputs and s error
+    # symbols (forward_bounds' `symbols`), (B, *shape) constants, budgets
+    input_magnitude: torch.Tensor  # (B, k + s): max |x| of the varying inputs over each domain (1: a symbol)
     input_shape: tuple[int, ...]
     columns: torch.Tensor  # (k,): the flat indices of the varying inputs (see forward_bounds)
 
     def select(self, members: torch.Tensor) -> Cut:
         """The cut for the domains ``members`` (an index tensor)."""
         f = self.functions
-        picked = _LinearFunctions(*(t[members] for t in (f.a_lo, f.c_lo, f.e_lo, f.a_hi, f.c_hi, f.e_hi)))
+        a_lo = f.a_lo[members]
+        picked = _LinearFunctions(a_lo, f.c_lo[members], f.e_lo[members], a_lo if f.shared else f.a_hi[members],
+                                  f.c_hi[members], f.e_hi[members])
         return Cut(self.tensor, picked, self.input_magnitude[members], self.input_shape, self.columns)
+
+    def folded(self) -> Cut:
+        """The cut without its error-symbol columns: each side's least value over the symbols
+        (its coefficients' magnitudes, with their sum's rounding) moves into its budget. Sound
+        and smaller, looser by the correlation the symbols kept."""
+        f, inputs = self.functions, self.columns.numel()
+        if f.a_lo.shape[1] == inputs:
+            return self
+        terms = gamma(f.a_lo.shape[1] - inputs + 2, f.c_lo.dtype)
+        spread = lambda a: a[:, inputs:].abs().sum(1) * (1 + 2 * terms)  # noqa: E731
+        a_lo = f.a_lo[:, :inputs]
+        picked = _LinearFunctions(a_lo, f.c_lo, f.e_lo + spread(f.a_lo), a_lo if f.shared else f.a_hi[:, :inputs],
+                                  f.c_hi, f.e_hi + spread(f.a_hi))
+        return Cut(self.tensor, picked, self.input_magnitude[:, :inputs], self.input_shape, self.columns)
+
+    @staticmethod
+    def concatenate(cuts: list[Cut]) -> Cut:
+        """One cut over the domains of ``cuts`` (of one tensor), in order; columns past a cut's own
+        (error symbols another cut has more of) get zero coefficients and magnitude 0."""
+        n = max(c.functions.a_lo.shape[1] for c in cuts)
+        parts = [c.functions.padded(n) for c in cuts]
+        shared = all(f.shared for f in parts)
+        cat = lambda name: torch.cat([getattr(f, name) for f in parts])  # noqa: E731
+        a_lo = cat("a_lo")
+        functions = _LinearFunctions(a_lo, cat("c_lo"), cat("e_lo"), a_lo if shared else cat("a_hi"), cat("c_hi"),
+                                     cat("e_hi"))
+        magnitude = torch.cat([torch.nn.functional.pad(c.input_magnitude, (0, n - c.input_magnitude.shape[1]))
+                               for c in cuts])
+        first = cuts[0]
+        return Cut(first.tensor, functions, magnitude, first.input_shape, first.columns)
 
     def substitute(self, A: torch.Tensor, rounding: bool = True):
         """For coefficients ``A`` (B, S, *shape) on the tensor z: ``(A_x, offset, owed)`` with
@@ -251,6 +379,12 @@ class Cut:
         vector = lambda t: t.reshape(batch, -1, 1)  # noqa: E731
         A_x = positive.matmul(coefficients(f.a_lo)) + negative.matmul(coefficients(f.a_hi))
         offset = (positive.matmul(vector(f.c_lo - f.e_lo)) + negative.matmul(vector(f.c_hi + f.e_hi))).squeeze(-1)
+        inputs = self.columns.numel()
+        symbols = A_x[:, :, inputs:]  # error symbols, each in [−1, 1]: their least value
+        A_x = A_x[:, :, :inputs]
+        if symbols.shape[2]:
+            spread = symbols.abs().sum(-1)
+            offset = offset - spread
         # coefficients on the fixed inputs are 0: their values are part of the constants
         full = A_x.new_zeros(batch, rows, math.prod(self.input_shape))
         full[:, :, self.columns] = A_x
@@ -261,11 +395,13 @@ class Cut:
             terms = flat.shape[-1] + self.input_magnitude.shape[1] + 8
             scale = f.magnitude(self.input_magnitude) + f.e_lo + f.e_hi
             owed = gamma(terms, A.dtype) * flat.detach().abs().matmul(vector(scale)).squeeze(-1)
+            if symbols.shape[2]:  # the sum of the symbols' magnitudes, and its subtraction
+                owed = owed + gamma(symbols.shape[2] + 2, A.dtype) * spread.detach()
         return A_x, offset, owed
 
 
 def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, keep=(),
-                   cuts: dict[int, Cut] | None = None, grouped: bool = True) -> dict[int, tuple]:
+                   cuts: dict[int, Cut] | None = None, grouped: bool = True, symbols: bool = False) -> dict[int, tuple]:
     """Concrete bounds of the input of every ReLU stage and of every tensor a non-linear general
     operator reads, by forward linear bounds.
 
@@ -273,16 +409,53 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
         plan: stages in the working dtype; input bounds ``lower``/``upper`` of shape (B, *input_shape).
         clamp: ``clamp(position, lower, upper) -> (lower, upper)``: intersects with bounds known
             otherwise (IBP, a parent domain, split constraints); its result is what the ReLU
-            relaxation uses, so it must itself be sound.
+            relaxation uses, so it must itself be sound. With ``symbols`` it is called as
+            ``clamp(position, lower, upper, members)`` for the domains ``members`` (an index
+            tensor into the B domains) of each pass.
         grouped: for an image input, carry the input columns in spatial groups while the tensors'
             receptive fields are narrow (:mod:`assay.bounds.forward_columns`: the same bounds,
             at a fraction of the memory and time); False: one column per input element.
+        symbols: ReLUs add one error symbol per unstable neuron (:func:`_relu_symbols`, the
+            zonotope step) instead of relaxing each side on its own, while the coefficient
+            tensors stay within :data:`MAX_FORWARD_COEFFICIENTS` elements (a later ReLU layer that
+            would outgrow them is relaxed as without symbols). Tighter where many unstable
+            neurons feed later ones (a generator into a discriminator: cgan's 64×64 output
+            bounds narrow from ±150 to ±0.3); the domains are bounded one at a time, since each
+            has its own symbols. Not with grouped columns (``grouped`` is ignored).
     Returns:
         ``{tensor: (lower, upper)}`` (after ``clamp``) for those tensors. With ``keep`` (tensor
         indices) and a dict ``cuts``, each kept tensor's functions are stored in ``cuts`` as a
-        :class:`Cut` (meaningful where the tensor is a cut, see :func:`cut_tensors`).
+        :class:`Cut` (meaningful where the tensor is a cut, see :func:`cut_tensors`; with
+        ``symbols``, a cut's coefficients on the symbols are concretised when substituted).
         No stage after the last of those tensors is computed.
     """
+    if not symbols:
+        return _forward_pass(plan, lower, upper, clamp, keep, cuts, grouped, False)
+    result, parts = {}, {}
+    columns, fixed = varying_inputs(lower, upper)  # the same columns for every domain (their cuts join)
+    for b in range(lower.shape[0]):
+        members = torch.tensor([b])
+        own = {} if cuts is not None else None
+        found = _forward_pass(plan, lower[b:b + 1], upper[b:b + 1],
+                              lambda t, lo, hi, members=members: clamp(t, lo, hi, members), keep, own, False, True,
+                              (columns, fixed[b:b + 1]))
+        for t, value in found.items():
+            result.setdefault(t, []).append(value)
+        for t, cut in (own or {}).items():
+            # B domains' cuts with this many columns would outgrow the coefficient budget: folded
+            if lower.shape[0] * cut.functions.a_lo[0].numel() > MAX_FORWARD_COEFFICIENTS:
+                cut = cut.folded()
+            parts.setdefault(t, []).append(cut)
+    if cuts is not None:
+        cuts.update({t: Cut.concatenate(c) for t, c in parts.items()})
+    return {t: (torch.cat([v[0] for v in values]), torch.cat([v[1] for v in values])) for t, values in result.items()}
+
+
+def _forward_pass(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, keep, cuts, grouped: bool,
+                  symbols: bool, varying=None) -> dict[int, tuple]:
+    """:func:`forward_bounds` over all of ``lower``'s domains at once (``clamp`` takes 3 arguments);
+    ``varying``: :func:`varying_inputs` of these domains if already known."""
+
     plan.require_no_maxpool("forward linear bounds (intermediate_method='forward')")
     batch = lower.shape[0]
     dtype = lower.dtype
@@ -298,7 +471,7 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
     else:
         grouping = None
         # one coefficient per varying input; an input no domain lets vary is its value, a constant
-        columns, fixed = varying_inputs(lower, upper)
+        columns, fixed = varying_inputs(lower, upper) if varying is None else varying
     n = columns.numel()
     flat_lower, flat_upper = lower.reshape(batch, -1)[:, columns], upper.reshape(batch, -1)[:, columns]
     center = (flat_lower + flat_upper) / 2
@@ -313,6 +486,7 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
     zeros = torch.zeros_like(lower)
     functions = {0: _LinearFunctions(start, fixed, zeros, start, fixed, zeros, _columns(grouping, windows, plan, 0))}
     result = {}
+    sizes = [math.prod(shape) for shape in plan.network.shapes]
 
     def concrete(tensor):  # the tensor's bounds (after clamp), kept for the caller
         if tensor not in result:
@@ -324,7 +498,21 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
             break
         if grouping is not None:  # widen the groups before the tensor outgrows them
             grouping = _widened(plan, windows, grouping, functions, position + 1)
-        if isinstance(stage, ReluStage):
+        if isinstance(stage, ReluStage) and symbols:
+            bounds = concrete(position)
+            added = int(((bounds[0] < 0) & (bounds[1] > 0)).reshape(batch, -1).sum(1).max())
+            total = center.shape[1] + added
+            later = max(sizes[position + 1:last + 1], default=0)  # the largest tensor the symbols reach
+            if added and later and batch * total * later <= MAX_FORWARD_COEFFICIENTS:
+                f = _relu_symbols(functions[position], *bounds, input_magnitude)
+                # the symbols: centre 0, radius 1, magnitude 1
+                center, radius, input_magnitude = (torch.cat([t, t.new_full((batch, added), value)], 1)
+                                                   for t, value in ((center, 0.0), (radius, 1.0), (input_magnitude, 1.0)))
+                functions = {t: g.padded(total) if plan.last_use[t] > position else g for t, g in functions.items()}
+            else:
+                f = _relu(functions[position], *bounds, input_magnitude)
+            n = center.shape[1]
+        elif isinstance(stage, ReluStage):
             f = _relu(functions[position], *concrete(position), input_magnitude)
         elif isinstance(stage, AddStage):
             f = _add(functions[stage.sources[0]], functions[stage.sources[1]], input_magnitude)
