@@ -605,18 +605,28 @@ def _read_flat_disjunction(reader: _Reader, simple: list[tuple], rest: str, num_
     if not len(kept) or not (np.isfinite(lower[kept]).all() and np.isfinite(high[kept]).all()):
         return None  # no case has a counterexample, or some input lacks a bound: the general reader says which
 
-    # output rows: Σ c·y + d ≥ 0, the simple asserts' rows first in every case
+    # Every case's conjunction Σ c·y + d ≥ 0: the simple asserts' rows, then its own (file
+    # order); a case without rows gets the one all-zero row (every output). Built in one array,
+    # then viewed case by case (the arrays are checked here: finite, one row at least).
     output = ~is_input
-    row_case, row_output = case[output], index[output]
-    row_sign = np.where(upper[output], -1.0, 1.0)
-    row_constant = np.where(upper[output], value[output], 0.0 - value[output])
-    C = np.zeros((len(row_case), n_out))
-    C[np.arange(len(row_case)), row_output] = row_sign
+    own = np.bincount(case[output], minlength=cases)
+    base_C, base_d = np.zeros((0, n_out)), np.zeros(0)
     if base_rows:
         common = _half_spaces(base_rows, n_out)
         base_C, base_d = common.C.numpy(), common.d.numpy()
-    starts = np.searchsorted(row_case, np.arange(cases + 1))
-    no_rows = HalfSpaces(torch.zeros(1, n_out, dtype=torch.float64), torch.zeros(1, dtype=torch.float64))
+    count = np.maximum(len(base_rows) + own, 1)
+    offset = np.cumsum(count) - count
+    C = np.zeros((int(count.sum()), n_out))
+    d = np.zeros(int(count.sum()))
+    for row in range(len(base_rows)):
+        C[offset + row], d[offset + row] = base_C[row], base_d[row]
+    row_case = case[output]
+    starts = np.cumsum(own) - own
+    slot = offset[row_case] + len(base_rows) + (np.arange(len(row_case)) - starts[row_case])
+    C[slot, index[output]] = np.where(upper[output], -1.0, 1.0)
+    d[slot] = np.where(upper[output], value[output], 0.0 - value[output])
+    rows = torch.from_numpy(C).split(count.tolist())
+    constants = torch.from_numpy(d).split(count.tolist())
 
     keys = np.ascontiguousarray(np.hstack([lower[kept], high[kept]]) + 0.0)
     _, first, group = np.unique(keys.view(np.dtype((np.void, keys.dtype.itemsize * keys.shape[1]))).reshape(-1),
@@ -626,21 +636,11 @@ def _read_flat_disjunction(reader: _Reader, simple: list[tuple], rest: str, num_
     position = np.empty_like(order)
     position[order] = np.arange(len(order))
     for number, slot in zip(kept.tolist(), position[group.reshape(-1)].tolist()):
-        start, end = starts[number], starts[number + 1]
-        if base_rows:
-            half_spaces = HalfSpaces(torch.from_numpy(np.vstack([base_C, C[start:end]])),
-                                     torch.from_numpy(np.concatenate([base_d, row_constant[start:end]])))
-        elif end > start:
-            half_spaces = HalfSpaces(torch.from_numpy(C[start:end]), torch.from_numpy(row_constant[start:end]))
-        else:
-            half_spaces = no_rows
-        conjunctions[slot].append(half_spaces)
+        conjunctions[slot].append(HalfSpaces.from_checked(rows[number], constants[number]))
     firsts = kept[first[order]]
-    queries = tuple(
-        CounterexampleQuery(Box(torch.from_numpy(lower[number].copy()), torch.from_numpy(high[number].copy())),
-                            OutputSpec(tuple(parts)))
-        for number, parts in zip(firsts.tolist(), conjunctions)
-    )
+    boxes = zip(torch.from_numpy(lower[firsts]).unbind(0), torch.from_numpy(high[firsts]).unbind(0))
+    queries = tuple(CounterexampleQuery(Box.from_checked(low, top), OutputSpec(tuple(parts)))
+                    for (low, top), parts in zip(boxes, conjunctions))
     return n_in, n_out, queries
 
 
