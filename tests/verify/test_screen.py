@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from assay.sets import read_vnnlib
-from assay.verify import VerificationStatus, verify_vnnlib
+from assay.verify import VerificationStatus, input_split, verify_vnnlib
 from assay.verify.input_split import screen_queries
 from assay.verify.problem import from_unsafe
 from assay.verify.search import SearchStats
@@ -86,6 +86,55 @@ def _vnnlib(path, lower, upper, thresholds):
                      f"(>= X_1 {FIXED!r}) (<= X_1 {FIXED!r}) (>= Y_0 {float(thresholds[k])!r}))")
     path.write_text("\n".join(lines + ["))"]) + "\n")
     return path
+
+
+def _screen_calls(monkeypatch):
+    """Record (method, boxes) of every bound call the screen makes."""
+    calls = []
+    original = input_split.compute_bounds
+
+    def spy(network, bounds, **kwargs):
+        calls.append((kwargs["method"], bounds[0].shape[0]))
+        return original(network, bounds, **kwargs)
+
+    monkeypatch.setattr(input_split, "compute_bounds", spy)
+    return calls
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_interval_bounds_refute_tiny_safe_boxes_first_and_keep_every_unsafe_one(seed, monkeypatch):
+    """Boxes of width 1e-7 (lindex's are ~1e-5): intervals refute the safe ones before the linear
+    screen, which sees only what they leave; a box with an unsafe point is never dropped."""
+    network = _network(seed)
+    lower, upper = _boxes(seed)
+    upper = lower + torch.tensor([1e-7, 0.0], dtype=torch.float64)
+    peak = _maxima(network, lower, upper)
+    offsets = torch.where(torch.arange(BOXES) % 3 == 0, -1e-9, 1e-4).to(torch.float64)
+    queries = _queries(network, lower, upper, peak + offsets, two_rows={1, 2, 3, 4})
+    calls = _screen_calls(monkeypatch)
+    kept = {q.index for q in screen_queries(network, queries, method="crown", dtype="float64", stats=SearchStats())}
+    unsafe = {k for k in range(BOXES) if offsets[k] < 0}
+    assert unsafe <= kept, f"queries {sorted(unsafe - kept)} have unsafe points but were dropped"
+    assert kept == unsafe, "every safe box of width 1e-7 is refuted"
+    interval = sum(boxes for method, boxes in calls if method == "ibp")
+    linear = sum(boxes for method, boxes in calls if method != "ibp")
+    assert interval == BOXES, "intervals screen every box first"
+    assert linear == len(unsafe), "the linear screen sees only the boxes intervals leave"
+
+
+def test_the_interval_screen_stops_when_it_refutes_little(monkeypatch):
+    """Boxes of width 1e-3 against thresholds 1e-4 above their maxima: intervals refute few, so
+    after one batch they are not tried again, and the linear screen still decides."""
+    network = _network(0)
+    lower, upper = _boxes(0)
+    peak = _maxima(network, lower, upper)
+    queries = _queries(network, lower, upper, peak + 1e-4)
+    monkeypatch.setattr(input_split, "SCREEN_BATCH", 8)
+    calls = _screen_calls(monkeypatch)
+    left = screen_queries(network, queries, method="crown", dtype="float64", stats=SearchStats())
+    assert [method for method, _ in calls].count("ibp") == 1
+    assert sum(boxes for method, boxes in calls if method != "ibp") >= BOXES - 8
+    assert len(left) <= BOXES // 4
 
 
 @pytest.mark.parametrize("seed", range(2))

@@ -429,7 +429,9 @@ def screen_queries(network: Network, queries: list[UnsafeQuery], *, method: str,
     20,000 one-input boxes, mscn's 750–11,080 cardinality queries); bounding them one by one costs
     a bound call each, where one call bounds a thousand. Queries are batched with others of
     the same input shape and the same conjunctions (rows per group); each is refuted only by
-    bounds on its own box and rows, as :func:`bound_root` would refute it.
+    bounds on its own box and rows, as :func:`bound_root` would refute it. Interval bounds go
+    first while they refute many boxes (:func:`_interval_screen`: lindex's tiny boxes), and the
+    linear bounds only see what they leave.
     """
     shape = network.input_shape
     first = "crown" if method == "alpha" else method
@@ -439,6 +441,10 @@ def screen_queries(network: Network, queries: list[UnsafeQuery], *, method: str,
         by_shape.setdefault((tuple(query.groups.tolist()), query.C.shape[1]), []).append(number)
     refuted = torch.zeros(len(queries), dtype=torch.bool)
     for members in by_shape.values():
+        if first != "ibp":
+            members = _interval_screen(network, queries, members, dtype, stats, deadline, refuted)
+            if members is None:
+                return None
         for start in range(0, len(members), SCREEN_BATCH):
             if deadline is not None and deadline.passed():
                 return None
@@ -455,6 +461,43 @@ def screen_queries(network: Network, queries: list[UnsafeQuery], *, method: str,
             group_upper = _conjunction_upper(result, lower, upper, batch[0].groups, {})
             refuted[members[start:start + SCREEN_BATCH]] = (group_upper < 0).all(1)
     return [query for query, done in zip(queries, refuted.tolist()) if not done]
+
+
+# The interval screen goes first while it refutes at least this share of its batch: an interval
+# pass costs about a sixth of the linear screen (lindex_deep, 8,192 boxes: 0.7 s of CPU against
+# 4.2 s) and refutes 93 % of lindex's tiny boxes, but 2 % of mscn's (where it stops after one batch).
+INTERVAL_SCREEN_MIN_SHARE = 0.25
+
+
+def _interval_screen(network: Network, queries: list[UnsafeQuery], members: list[int], dtype: str,
+                     stats: SearchStats, deadline: Deadline | None, refuted: torch.Tensor) -> list[int] | None:
+    """The members (positions in ``queries``, all of one structure) that interval bounds do not
+    refute, marking the refuted ones in ``refuted``; batches of :data:`SCREEN_BATCH` while each
+    refutes at least :data:`INTERVAL_SCREEN_MIN_SHARE` of its boxes (the rest are kept unscreened).
+    None where the deadline passed. A conjunction is refuted when one of its rows' interval upper
+    bound is negative (max_x min_i row_i(x) ≤ min_i max_x row_i(x))."""
+    shape = network.input_shape
+    left: list[int] = []
+    for start in range(0, len(members), SCREEN_BATCH):
+        if deadline is not None and deadline.passed():
+            return None
+        chunk = members[start:start + SCREEN_BATCH]
+        batch = [queries[k] for k in chunk]
+        lower = torch.stack([q.lower for q in batch])
+        upper = torch.stack([q.upper for q in batch])
+        spec = (torch.stack([q.C for q in batch]), torch.stack([q.d for q in batch]))
+        result = compute_bounds(network, (lower.reshape(-1, *shape), upper.reshape(-1, *shape)), spec=spec,
+                                method="ibp", dtype=dtype, sides="upper")
+        stats.bound_calls += 1
+        stats.domains += len(batch)
+        groups = batch[0].groups
+        group_upper = torch.stack([result.upper[:, groups == g].amin(1) for g in range(int(groups.max()) + 1)], 1)
+        done = (group_upper < 0).all(1)
+        refuted[chunk] = done
+        left += [k for k, gone in zip(chunk, done.tolist()) if not gone]
+        if float(done.double().mean()) < INTERVAL_SCREEN_MIN_SHARE:
+            return left + members[start + SCREEN_BATCH:]
+    return left
 
 
 def interval_intermediates(network: Network) -> bool:
