@@ -110,6 +110,14 @@ class OutputSpec:
             raise SpecError(f"the conjunctions constrain different numbers of outputs ({widths}); give every C the same number of columns")
         object.__setattr__(self, "conjunctions", conjunctions)
 
+    @classmethod
+    def from_checked(cls, conjunctions: tuple[HalfSpaces, ...]) -> OutputSpec:
+        """The region of a non-empty tuple of HalfSpaces with one number of outputs that the caller
+        has already checked: no check (a reader that builds thousands of regions at once)."""
+        spec = object.__new__(cls)
+        object.__setattr__(spec, "conjunctions", conjunctions)
+        return spec
+
     @property
     def num_outputs(self) -> int:
         return self.conjunctions[0].num_outputs

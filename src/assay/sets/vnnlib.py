@@ -639,7 +639,7 @@ def _read_flat_disjunction(reader: _Reader, simple: list[tuple], rest: str, num_
         conjunctions[slot].append(HalfSpaces.from_checked(rows[number], constants[number]))
     firsts = kept[first[order]]
     boxes = zip(torch.from_numpy(lower[firsts]).unbind(0), torch.from_numpy(high[firsts]).unbind(0))
-    queries = tuple(CounterexampleQuery(Box.from_checked(low, top), OutputSpec(tuple(parts)))
+    queries = tuple(CounterexampleQuery(Box.from_checked(low, top), OutputSpec.from_checked(tuple(parts)))
                     for (low, top), parts in zip(boxes, conjunctions))
     return n_in, n_out, queries
 
