@@ -99,19 +99,23 @@ def from_vnnlib_queries(network: Network, queries) -> list[UnsafeQuery]:
         for shape in structure:
             _check_outputs(network, torch.empty(shape))
         boxes = [queries[k].input_set for k in members]
-        lower = torch.stack([b.lower.reshape(-1) for b in boxes]).to(torch.float64)
-        upper = torch.stack([b.upper.reshape(-1) for b in boxes]).to(torch.float64)
+        lower = torch.stack([_flat(b.lower) for b in boxes]).to(torch.float64)
+        upper = torch.stack([_flat(b.upper) for b in boxes]).to(torch.float64)
         if lower.shape[1] != network.input_size:
             _box_bounds(network, boxes[0])  # says what does not fit
         parts = [queries[k].unsafe_outputs.conjunctions for k in members]
         C = torch.cat([c.C for conjunctions in parts for c in conjunctions]).to(torch.float64)
-        d = torch.cat([c.d.reshape(-1) for conjunctions in parts for c in conjunctions]).to(torch.float64)
+        d = torch.cat([_flat(c.d) for conjunctions in parts for c in conjunctions]).to(torch.float64)
         rows = sum(shape[0] for shape in structure)
         C, d = C.reshape(len(members), rows, -1), d.reshape(len(members), rows)
         groups = torch.repeat_interleave(torch.arange(len(structure)), torch.tensor([shape[0] for shape in structure]))
         for k, low, high, rows_C, rows_d in zip(members, lower.unbind(0), upper.unbind(0), C.unbind(0), d.unbind(0)):
             made[k] = UnsafeQuery(low, high, rows_C, rows_d, groups, _violation_test(rows_C, rows_d, groups), k)
     return made
+
+
+def _flat(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor if tensor.dim() == 1 else tensor.reshape(-1)  # (a view costs microseconds, 120,000 times)
 
 
 def from_required(network: Network, input_set, spec) -> list[UnsafeQuery]:
