@@ -212,3 +212,38 @@ def test_queries_the_screen_leaves_open_are_one_search_that_decides_each(seed, t
     x = result.counterexample.input.reshape(-1)
     assert float(lower[target, 0]) <= float(x[0]) <= float(upper[target, 0])
     assert float(network(x.reshape(1, 2))) >= float(thresholds[target])
+
+
+def test_a_screen_batches_boxes_that_vary_the_same_inputs_together(monkeypatch):
+    """Queries that vary input 0, 1, 2 or 3 in turn, batches of 4: each batch varies one input
+    (forward bounds then carry one coefficient column, not four), and every query with an unsafe
+    point is still kept."""
+    network = random_relu_network(5, widths=(4, 16, 16, 1))
+    count = 16
+    rng = np.random.default_rng(5)
+    lower = torch.as_tensor(rng.uniform(-1, 1, (count, 4)))
+    upper = lower.clone()
+    upper[torch.arange(count), torch.arange(count) % 4] += WIDTH
+    t = torch.linspace(0, 1, 2001, dtype=torch.float64)
+    x = lower.unsqueeze(1) + t.view(1, -1, 1) * (upper - lower).unsqueeze(1)
+    with torch.no_grad():
+        peak = network(x.reshape(-1, 4)).reshape(count, -1).amax(1)
+    offsets = torch.where(torch.arange(count) % 5 == 0, -1e-5, 1e-4).to(torch.float64)
+    queries = []
+    for k in range(count):
+        box = type("Box", (), {"lower": lower[k], "upper": upper[k]})()
+        spec = _Spec([torch.tensor([[1.0]], dtype=torch.float64)], [torch.tensor([-(peak[k] + offsets[k])], dtype=torch.float64)])
+        queries += from_unsafe(network, box, spec, k)
+    monkeypatch.setattr(input_split, "SCREEN_BATCH", 4)
+    varying = []
+    original = input_split.compute_bounds
+
+    def spy(network, bounds, **kwargs):
+        varying.append(int((bounds[1] > bounds[0]).any(0).sum()))
+        return original(network, bounds, **kwargs)
+
+    monkeypatch.setattr(input_split, "compute_bounds", spy)
+    kept = {q.index for q in screen_queries(network, queries, method="crown", dtype="float64", stats=SearchStats())}
+    assert set(varying) == {1}, f"inputs varied per batch: {varying}"
+    unsafe = {k for k in range(count) if offsets[k] < 0}
+    assert unsafe <= kept, f"queries {sorted(unsafe - kept)} have unsafe points but were dropped"
