@@ -14,7 +14,7 @@ import torch
 
 import assay.bounds.forward as forward
 from assay.bounds import compute_bounds, plan_for
-from assay.bounds.forward import forward_bounds, varying_inputs
+from assay.bounds.forward import box_columns, forward_bounds, varying_inputs
 from assay.errors import OptionError
 
 from .strategies import sample_box
@@ -25,7 +25,13 @@ from .test_general_graphs import NONLINEAR, TEMPLATES
 def _every_column(lower, upper):
     """The old representation: every input a coefficient, no constants."""
     n = lower[0].numel()
-    return torch.arange(n), torch.zeros_like(lower)
+    return torch.arange(n).expand(lower.shape[0], n), torch.zeros_like(lower)
+
+
+def _union_columns(lower, upper):
+    """Every box a coefficient for each input some box lets vary (:func:`varying_inputs`)."""
+    columns, fixed = varying_inputs(lower, upper)
+    return columns.expand(lower.shape[0], -1), fixed
 
 
 def _boxes(network, rng, fixed_in_all=(0, 2), fixed_in_first=(1,)):
@@ -48,6 +54,16 @@ def test_varying_inputs_are_the_union_over_the_boxes():
     assert columns.numel() == 1 and bool((fixed.reshape(2, -1)[:, columns] == 0).all())
 
 
+def test_box_columns_list_each_boxs_varying_inputs_then_fixed_ones():
+    lower = torch.tensor([[0.0, 1.0, 2.0, 3.0], [0.0, 1.0, 2.5, 3.0], [5.0, 1.0, 2.0, 3.0]])
+    upper = torch.tensor([[0.0, 1.5, 2.0, 3.5], [0.0, 1.0, 2.5, 3.0], [5.0, 1.0, 2.0, 4.0]])
+    columns, fixed = box_columns(lower, upper)
+    assert columns.tolist() == [[1, 3], [0, 1], [3, 0]]  # k = 2: box 1 varies none, box 2 one
+    assert torch.equal(fixed, torch.tensor([[0.0, 0.0, 2.0, 0.0], [0.0, 0.0, 2.5, 3.0], [0.0, 1.0, 2.0, 0.0]]))
+    columns, fixed = box_columns(lower, lower)  # nothing varies: one column per box
+    assert columns.tolist() == [[0], [0], [0]] and torch.equal(fixed[:, 1:], lower[:, 1:]) and not fixed[:, 0].any()
+
+
 @pytest.mark.parametrize("kind", ["generator", "sigmoid", "sin", "reciprocal"])
 @pytest.mark.parametrize("seed", range(3))
 def test_fixed_inputs_give_the_all_inputs_bounds_and_contain_samples(kind, seed, monkeypatch):
@@ -60,13 +76,16 @@ def test_fixed_inputs_give_the_all_inputs_bounds_and_contain_samples(kind, seed,
     plan = plan_for(network, torch.float64)
     keep = lambda position, low, high: (low, high)  # noqa: E731
     compressed = forward_bounds(plan, lower, upper, keep)
-    monkeypatch.setattr(forward, "varying_inputs", _every_column)
+    monkeypatch.setattr(forward, "box_columns", _union_columns)
+    union = forward_bounds(plan, lower, upper, keep)
+    monkeypatch.setattr(forward, "box_columns", _every_column)
     full = forward_bounds(plan, lower, upper, keep)
-    assert set(compressed) == set(full)
+    assert set(compressed) == set(full) == set(union)
     for tensor, (low, high) in compressed.items():
         scale = 1 + full[tensor][1].abs().max()
-        assert torch.allclose(low, full[tensor][0], atol=1e-9 * scale, rtol=0)
-        assert torch.allclose(high, full[tensor][1], atol=1e-9 * scale, rtol=0)
+        for other in (full, union):
+            assert torch.allclose(low, other[tensor][0], atol=1e-9 * scale, rtol=0)
+            assert torch.allclose(high, other[tensor][1], atol=1e-9 * scale, rtol=0)
         seen = values[tensor].reshape(-1, 2, *low.shape[1:])
         assert bool((seen >= low - 1e-12).all() and (seen <= high + 1e-12).all()), f"tensor {tensor} escapes"
 
@@ -81,7 +100,7 @@ def test_compute_bounds_with_fixed_inputs_contains_the_outputs(method, monkeypat
         y = network(x.reshape(-1, *network.input_shape)).reshape(-1, 2, network.output_size)
     result = compute_bounds(network, (lower, upper), method="crown", intermediate_method=method)
     assert bool((y >= result.lower - 1e-12).all() and (y <= result.upper + 1e-12).all())
-    monkeypatch.setattr(forward, "varying_inputs", _every_column)
+    monkeypatch.setattr(forward, "box_columns", _every_column)
     full = compute_bounds(network, (lower, upper), method="crown", intermediate_method=method)
     assert torch.allclose(result.upper, full.upper, atol=1e-8) and torch.allclose(result.lower, full.lower, atol=1e-8)
 
@@ -132,15 +151,16 @@ def test_walks_stopped_at_a_cut_with_fixed_inputs_bound_every_sample(seed):
 
     def lows(columns_of):
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(forward, "varying_inputs", columns_of)
+            patch.setattr(forward, "box_columns", columns_of)
             cuts = {}
             forward_bounds(plan, lower, upper, lambda position, low, high: (low, high), keep=set(range(1, 11)),
                            cuts=cuts)
         return {stop: concretize(plan, backsubstitute(plan, len(plan.stages), C, torch.zeros(2, 4, dtype=torch.float64),
                                                       bounds, cut=cut), center, radius)[0] for stop, cut in cuts.items()}
 
-    compressed, full = lows(varying_inputs), lows(_every_column)
-    assert compressed.keys() == full.keys() and compressed
+    compressed, union, full = lows(box_columns), lows(_union_columns), lows(_every_column)
+    assert compressed.keys() == full.keys() == union.keys() and compressed
     for stop, low in compressed.items():
         assert bool((values >= low.unsqueeze(0) - 1e-12).all()), f"cut at {stop}: a sample below the bound"
-        assert torch.allclose(low, full[stop], atol=1e-9 * (1 + float(full[stop].abs().max())), rtol=0)
+        for other in (full, union):
+            assert torch.allclose(low, other[stop], atol=1e-9 * (1 + float(other[stop].abs().max())), rtol=0)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from assay.sets import read_vnnlib
-from assay.verify import VerificationStatus, verify_vnnlib
+from assay.verify import VerificationStatus, input_split, verify_vnnlib
 from assay.verify.input_split import screen_queries
 from assay.verify.problem import from_unsafe
 from assay.verify.search import SearchStats
@@ -88,6 +88,58 @@ def _vnnlib(path, lower, upper, thresholds):
     return path
 
 
+def _screen_calls(monkeypatch):
+    """Record (method, boxes) of every bound call the screen makes."""
+    calls = []
+    original = input_split.compute_bounds
+
+    def spy(network, bounds, **kwargs):
+        calls.append((kwargs["method"], bounds[0].shape[0]))
+        return original(network, bounds, **kwargs)
+
+    monkeypatch.setattr(input_split, "compute_bounds", spy)
+    return calls
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_interval_bounds_refute_tiny_safe_boxes_first_and_keep_every_unsafe_one(seed, monkeypatch):
+    """Boxes of width 1e-7 (lindex's are ~1e-5): intervals refute the safe ones before the linear
+    screen, which sees only what they leave; a box with an unsafe point is never dropped."""
+    network = _network(seed)
+    lower, upper = _boxes(seed)
+    upper = lower + torch.tensor([1e-7, 0.0], dtype=torch.float64)
+    peak = _maxima(network, lower, upper)
+    offsets = torch.where(torch.arange(BOXES) % 3 == 0, -1e-9, 1e-4).to(torch.float64)
+    queries = _queries(network, lower, upper, peak + offsets, two_rows={1, 2, 3, 4})
+    monkeypatch.setattr(input_split, "SCREEN_BATCH", 8)
+    monkeypatch.setattr(input_split, "INTERVAL_SCREEN_PROBE", 4)
+    calls = _screen_calls(monkeypatch)
+    kept = {q.index for q in screen_queries(network, queries, method="crown", dtype="float64", stats=SearchStats())}
+    unsafe = {k for k in range(BOXES) if offsets[k] < 0}
+    assert unsafe <= kept, f"queries {sorted(unsafe - kept)} have unsafe points but were dropped"
+    assert kept == unsafe, "every safe box of width 1e-7 is refuted"
+    interval = sum(boxes for method, boxes in calls if method == "ibp")
+    linear = sum(boxes for method, boxes in calls if method != "ibp")
+    assert interval == BOXES, "intervals screen every box first"
+    assert linear == len(unsafe), "the linear screen sees only the boxes intervals leave"
+
+
+def test_the_interval_screen_stops_when_it_refutes_little(monkeypatch):
+    """Boxes of width 1e-3 against thresholds 1e-4 above their maxima: intervals refute few, so
+    after one batch they are not tried again, and the linear screen still decides."""
+    network = _network(0)
+    lower, upper = _boxes(0)
+    peak = _maxima(network, lower, upper)
+    queries = _queries(network, lower, upper, peak + 1e-4)
+    monkeypatch.setattr(input_split, "SCREEN_BATCH", 8)
+    monkeypatch.setattr(input_split, "INTERVAL_SCREEN_PROBE", 4)
+    calls = _screen_calls(monkeypatch)
+    left = screen_queries(network, queries, method="crown", dtype="float64", stats=SearchStats())
+    assert [(method, boxes) for method, boxes in calls if method == "ibp"] == [("ibp", 4)], "one small probe"
+    assert sum(boxes for method, boxes in calls if method != "ibp") >= BOXES - 4
+    assert len(left) <= BOXES // 4
+
+
 @pytest.mark.parametrize("seed", range(2))
 def test_many_boxes_hold_in_one_batched_call_and_one_unsafe_box_is_found(seed, tmp_path):
     network = _network(seed)
@@ -123,6 +175,7 @@ def test_a_screen_past_its_deadline_says_so_and_verify_times_out(tmp_path, monke
     assert screen_queries(network, queries, method="crown", dtype="float64", stats=SearchStats(),
                           deadline=Deadline(time.monotonic() - 1)) is None
     monkeypatch.setattr(input_split, "SCREEN_BATCH", 2)
+    monkeypatch.setattr(input_split, "INTERVAL_SCREEN_PROBE", 2)
     real = input_split.compute_bounds
 
     def slow(*args, **kwargs):  # each batch takes 0.2 s: the 0.5 s deadline passes mid-screen
@@ -165,3 +218,39 @@ def test_queries_the_screen_leaves_open_are_one_search_that_decides_each(seed, t
     x = result.counterexample.input.reshape(-1)
     assert float(lower[target, 0]) <= float(x[0]) <= float(upper[target, 0])
     assert float(network(x.reshape(1, 2))) >= float(thresholds[target])
+
+
+def test_a_screen_batches_boxes_that_vary_the_same_inputs_together(monkeypatch):
+    """Queries that vary input 0, 1, 2 or 3 in turn, batches of 4: each batch varies one input
+    (forward bounds then carry one coefficient column, not four), and every query with an unsafe
+    point is still kept."""
+    network = random_relu_network(5, widths=(4, 16, 16, 1))
+    count = 16
+    rng = np.random.default_rng(5)
+    lower = torch.as_tensor(rng.uniform(-1, 1, (count, 4)))
+    upper = lower.clone()
+    upper[torch.arange(count), torch.arange(count) % 4] += WIDTH
+    t = torch.linspace(0, 1, 2001, dtype=torch.float64)
+    x = lower.unsqueeze(1) + t.view(1, -1, 1) * (upper - lower).unsqueeze(1)
+    with torch.no_grad():
+        peak = network(x.reshape(-1, 4)).reshape(count, -1).amax(1)
+    offsets = torch.where(torch.arange(count) % 5 == 0, -1e-5, 1e-4).to(torch.float64)
+    queries = []
+    for k in range(count):
+        box = type("Box", (), {"lower": lower[k], "upper": upper[k]})()
+        spec = _Spec([torch.tensor([[1.0]], dtype=torch.float64)], [torch.tensor([-(peak[k] + offsets[k])], dtype=torch.float64)])
+        queries += from_unsafe(network, box, spec, k)
+    monkeypatch.setattr(input_split, "SCREEN_BATCH", 4)
+    varying = []
+    original = input_split.compute_bounds
+
+    def spy(network, bounds, **kwargs):
+        if kwargs["method"] != "ibp":  # the linear screen's batches
+            varying.append(int((bounds[1] > bounds[0]).any(0).sum()))
+        return original(network, bounds, **kwargs)
+
+    monkeypatch.setattr(input_split, "compute_bounds", spy)
+    kept = {q.index for q in screen_queries(network, queries, method="crown", dtype="float64", stats=SearchStats())}
+    assert set(varying) == {1}, f"inputs varied per batch: {varying}"
+    unsafe = {k for k in range(count) if offsets[k] < 0}
+    assert unsafe <= kept, f"queries {sorted(unsafe - kept)} have unsafe points but were dropped"

@@ -326,7 +326,7 @@ class Cut:
     # symbols (forward_bounds' `symbols`), (B, *shape) constants, budgets
     input_magnitude: torch.Tensor  # (B, k + s): max |x| of the varying inputs over each domain (1: a symbol)
     input_shape: tuple[int, ...]
-    columns: torch.Tensor  # (k,): the flat indices of the varying inputs (see forward_bounds)
+    columns: torch.Tensor  # (B, k): each domain's flat indices of its k inputs with a coefficient (box_columns)
 
     def select(self, members: torch.Tensor) -> Cut:
         """The cut for the domains ``members`` (an index tensor)."""
@@ -334,13 +334,13 @@ class Cut:
         a_lo = f.a_lo[members]
         picked = _LinearFunctions(a_lo, f.c_lo[members], f.e_lo[members], a_lo if f.shared else f.a_hi[members],
                                   f.c_hi[members], f.e_hi[members])
-        return Cut(self.tensor, picked, self.input_magnitude[members], self.input_shape, self.columns)
+        return Cut(self.tensor, picked, self.input_magnitude[members], self.input_shape, self.columns[members])
 
     def folded(self) -> Cut:
         """The cut without its error-symbol columns: each side's least value over the symbols
         (its coefficients' magnitudes, with their sum's rounding) moves into its budget. Sound
         and smaller, looser by the correlation the symbols kept."""
-        f, inputs = self.functions, self.columns.numel()
+        f, inputs = self.functions, self.columns.shape[1]
         if f.a_lo.shape[1] == inputs:
             return self
         terms = gamma(f.a_lo.shape[1] - inputs + 2, f.c_lo.dtype)
@@ -364,7 +364,7 @@ class Cut:
         magnitude = torch.cat([torch.nn.functional.pad(c.input_magnitude, (0, n - c.input_magnitude.shape[1]))
                                for c in cuts])
         first = cuts[0]
-        return Cut(first.tensor, functions, magnitude, first.input_shape, first.columns)
+        return Cut(first.tensor, functions, magnitude, first.input_shape, torch.cat([c.columns for c in cuts]))
 
     def substitute(self, A: torch.Tensor, rounding: bool = True):
         """For coefficients ``A`` (B, S, *shape) on the tensor z: ``(A_x, offset, owed)`` with
@@ -379,7 +379,7 @@ class Cut:
         vector = lambda t: t.reshape(batch, -1, 1)  # noqa: E731
         A_x = positive.matmul(coefficients(f.a_lo)) + negative.matmul(coefficients(f.a_hi))
         offset = (positive.matmul(vector(f.c_lo - f.e_lo)) + negative.matmul(vector(f.c_hi + f.e_hi))).squeeze(-1)
-        inputs = self.columns.numel()
+        inputs = self.columns.shape[1]
         symbols = A_x[:, :, inputs:]  # error symbols, each in [−1, 1]: their least value
         A_x = A_x[:, :, :inputs]
         if symbols.shape[2]:
@@ -387,7 +387,7 @@ class Cut:
             offset = offset - spread
         # coefficients on the fixed inputs are 0: their values are part of the constants
         full = A_x.new_zeros(batch, rows, math.prod(self.input_shape))
-        full[:, :, self.columns] = A_x
+        full.scatter_(2, self.columns.unsqueeze(1).expand(batch, rows, -1), A_x)  # distinct per domain
         A_x = full.reshape(batch, rows, *self.input_shape)
         if not rounding:
             return A_x, offset, torch.zeros_like(offset)
@@ -432,13 +432,14 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
     if not symbols:
         return _forward_pass(plan, lower, upper, clamp, keep, cuts, grouped, False)
     result, parts = {}, {}
-    columns, fixed = varying_inputs(lower, upper)  # the same columns for every domain (their cuts join)
+    # as many input columns for every domain (their cuts join, the symbols' columns after them)
+    columns, fixed = box_columns(lower, upper)
     for b in range(lower.shape[0]):
         members = torch.tensor([b])
         own = {} if cuts is not None else None
         found = _forward_pass(plan, lower[b:b + 1], upper[b:b + 1],
                               lambda t, lo, hi, members=members: clamp(t, lo, hi, members), keep, own, False, True,
-                              (columns, fixed[b:b + 1]))
+                              (columns[b:b + 1], fixed[b:b + 1]))
         for t, value in found.items():
             result.setdefault(t, []).append(value)
         for t, cut in (own or {}).items():
@@ -454,7 +455,7 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
 def _forward_pass(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, keep, cuts, grouped: bool,
                   symbols: bool, varying=None) -> dict[int, tuple]:
     """:func:`forward_bounds` over all of ``lower``'s domains at once (``clamp`` takes 3 arguments);
-    ``varying``: :func:`varying_inputs` of these domains if already known."""
+    ``varying``: :func:`box_columns` of these domains if already known."""
 
     plan.require_no_maxpool("forward linear bounds (intermediate_method='forward')")
     batch = lower.shape[0]
@@ -467,13 +468,13 @@ def _forward_pass(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, k
         grouping = Grouping(tuple(lower.shape[1:]), spacing_for(windows[1], plan.network.shapes[1], lower.shape[1:]))
     if grouping is not None and not grouping.dense:
         # an image: grouped columns over every input element (fixed ones have radius 0)
-        columns, fixed = torch.arange(lower[0].numel()), torch.zeros_like(lower)
+        columns, fixed = torch.arange(lower[0].numel()).expand(batch, -1), torch.zeros_like(lower)
     else:
         grouping = None
-        # one coefficient per varying input; an input no domain lets vary is its value, a constant
-        columns, fixed = varying_inputs(lower, upper) if varying is None else varying
-    n = columns.numel()
-    flat_lower, flat_upper = lower.reshape(batch, -1)[:, columns], upper.reshape(batch, -1)[:, columns]
+        # one coefficient per input the domain lets vary; the inputs it fixes are constants
+        columns, fixed = box_columns(lower, upper) if varying is None else varying
+    n = columns.shape[1]
+    flat_lower, flat_upper = lower.reshape(batch, -1).gather(1, columns), upper.reshape(batch, -1).gather(1, columns)
     center = (flat_lower + flat_upper) / 2
     radius = torch.maximum(flat_upper - center, center - flat_lower) * (1 + 4 * unit_roundoff(dtype))
     input_magnitude = torch.maximum(flat_lower.abs(), flat_upper.abs())
@@ -481,7 +482,7 @@ def _forward_pass(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, k
         start = grouping.initial(batch, dtype)
     else:
         start = torch.zeros(batch, n, lower[0].numel(), dtype=dtype)
-        start[:, torch.arange(n), columns] = 1.0
+        start.scatter_(2, columns.unsqueeze(2), 1.0)
         start = start.reshape(batch, n, *lower.shape[1:])
     zeros = torch.zeros_like(lower)
     functions = {0: _LinearFunctions(start, fixed, zeros, start, fixed, zeros, _columns(grouping, windows, plan, 0))}
@@ -548,6 +549,25 @@ def varying_inputs(lower: torch.Tensor, upper: torch.Tensor) -> tuple[torch.Tens
         varies[0] = True
     columns = varies.nonzero().flatten()
     fixed = torch.where(varies, torch.zeros_like(flat_lower), flat_lower).reshape(lower.shape)
+    return columns, fixed
+
+
+def box_columns(lower: torch.Tensor, upper: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inputs that forward linear bounds give a coefficient, per domain: ``(columns, fixed)``
+    for boxes ``lower``/``upper`` (B, *input_shape). ``columns`` (B, k): each box's flat indices of
+    the inputs its interval lets vary (ascending), then inputs it fixes (so that every row has k =
+    the most inputs any box lets vary, at least 1; the indices of a row are distinct); ``fixed``
+    (B, *input_shape): every other input's value, 0 at the box's columns. A batch of queries that
+    vary different inputs (nn4sys' mscn_dual: 9 over 960 queries, 1–3 each) then costs each box its
+    own few, where :func:`varying_inputs` (their union) costs every box all 9. A fixed input among
+    a box's columns has radius 0: the same bound as a constant, up to rounding."""
+    batch = lower.shape[0]
+    flat_lower, flat_upper = lower.reshape(batch, -1), upper.reshape(batch, -1)
+    varies = flat_upper != flat_lower
+    k = max(int(varies.sum(1).max()), 1)
+    columns = torch.argsort((~varies).to(torch.int8), dim=1, stable=True)[:, :k]
+    chosen = torch.zeros_like(varies).scatter_(1, columns, True)
+    fixed = torch.where(chosen, torch.zeros_like(flat_lower), flat_lower).reshape(lower.shape)
     return columns, fixed
 
 

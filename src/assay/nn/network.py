@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -136,11 +137,11 @@ class Network:
 
     @property
     def input_size(self) -> int:
-        return int(np.prod(self.input_shape))
+        return math.prod(self.input_shape)
 
     @property
     def output_size(self) -> int:
-        return int(np.prod(self.output_shape))
+        return math.prod(self.output_shape)
 
     @property
     def num_parameters(self) -> int:

@@ -50,6 +50,16 @@ class HalfSpaces:
         object.__setattr__(self, "C", C)
         object.__setattr__(self, "d", d)
 
+    @classmethod
+    def from_checked(cls, C: torch.Tensor, d: torch.Tensor) -> HalfSpaces:
+        """Half-spaces of float64 CPU tensors C (m ≥ 1, n_out ≥ 1) and d (m,), finite, that the
+        caller has already checked and that nothing else writes to: no copy and no check (a
+        reader that checks the rows of thousands of conjunctions at once in one array)."""
+        half_spaces = object.__new__(cls)
+        object.__setattr__(half_spaces, "C", C)
+        object.__setattr__(half_spaces, "d", d)
+        return half_spaces
+
     @property
     def num_outputs(self) -> int:
         return self.C.shape[1]
@@ -99,6 +109,14 @@ class OutputSpec:
         if len(widths) != 1:
             raise SpecError(f"the conjunctions constrain different numbers of outputs ({widths}); give every C the same number of columns")
         object.__setattr__(self, "conjunctions", conjunctions)
+
+    @classmethod
+    def from_checked(cls, conjunctions: tuple[HalfSpaces, ...]) -> OutputSpec:
+        """The region of a non-empty tuple of HalfSpaces with one number of outputs that the caller
+        has already checked: no check (a reader that builds thousands of regions at once)."""
+        spec = object.__new__(cls)
+        object.__setattr__(spec, "conjunctions", conjunctions)
+        return spec
 
     @property
     def num_outputs(self) -> int:

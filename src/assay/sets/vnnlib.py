@@ -145,8 +145,8 @@ class _Reader:
         return SpecError(f"{self.where(offset)}: {message}")
 
     # ------------------------------------------------------------ syntax
-    def scan(self) -> tuple[list[tuple], list[list]]:
-        """Split the file into simple asserts ``(assert (op a b))`` and the parse tree of the rest.
+    def scan(self) -> tuple[list[tuple], str]:
+        """Split the file into simple asserts ``(assert (op a b))`` and the text of the rest.
 
         Declarations are recorded on the way. Comments and everything the fast lanes take are
         blanked with spaces of the same length, so every offset still points into the file.
@@ -156,10 +156,13 @@ class _Reader:
             self.declare_atoms((match.group(1), match.start(1)), (match.group(2), match.start(2)))
         text = _SIMPLE_DECLARATION.sub(_blank, text)
         simple = [(m.group(1), m.start(1), m.group(2), m.start(2), m.group(3), m.start(3)) for m in _SIMPLE_ASSERT.finditer(text)]
-        text = _SIMPLE_ASSERT.sub(_blank, text)
-        if "X_" in text:
-            text = _NESTED_INPUT_BOUND.sub(self._place_input_bound, text)
-        return simple, self.parse_tree(text)
+        return simple, _SIMPLE_ASSERT.sub(_blank, text)
+
+    def tree(self, rest: str) -> list[list]:
+        """The parse tree of what :meth:`scan` left (nested input bounds read on the way)."""
+        if "X_" in rest:
+            rest = _NESTED_INPUT_BOUND.sub(self._place_input_bound, rest)
+        return self.parse_tree(rest)
 
     def _place_input_bound(self, match: re.Match) -> str:
         """Read a nested ``(op X_i number)`` now and leave one token in its place (same length, so
@@ -466,8 +469,11 @@ def read_vnnlib(path, num_inputs: int | None = None, num_outputs: int | None = N
     """
     path = Path(path)
     reader = _Reader(_read_text(path), str(path))
-    simple, commands = reader.scan()
-    formulas = reader.read_commands(commands)
+    simple, rest = reader.scan()
+    flat = _read_flat_disjunction(reader, simple, rest, num_inputs, num_outputs)
+    if flat is not None:
+        return VnnlibProperty(str(path), *flat)
+    formulas = reader.read_commands(reader.tree(rest))
     n_in = reader.count("X", num_inputs, "inputs", "num_inputs")
     n_out = reader.count("Y", num_outputs, "outputs", "num_outputs")
     if not formulas and not simple:
@@ -529,6 +535,113 @@ def _queries(reader: _Reader, common: list, alternatives: list[list[list]], tota
                             OutputSpec(tuple(conjunctions[key])))
         for key, (lower, upper) in boxes.items()
     )
+
+
+# ---------------------------------------------------------------------------------------- bulk reading
+# The layout that makes VNN-LIB files large (nn4sys: up to 120,000 cases and 1,000,000 bounds): one
+# (assert (or (and A ...) ...)) whose atoms each compare one declared variable with a number. It is
+# read in bulk, into arrays; anything else (and any malformed text) goes to the general reader,
+# which also writes the error messages.
+_FLAT_ASSERT = re.compile(r"\(\s*assert\s*\(\s*or(?=[\s()])(.*)\)\s*\)", re.S)
+_BARE_COMMAND = re.compile(r"\(\s*(?:check-sat|get-model|exit)\s*\)")
+# the whole body of the (or ...): one or more (and (op V_i number) ...), possessive (no backtracking)
+_FLAT_BODY = re.compile(
+    r"\s*+(?:\(\s*+and(?:\s*+\(\s*+(?:<=|>=|<|>)\s++[XY]_(?:0|[1-9]\d*+)\s++"
+    r"[+-]?+(?:\d++\.?+\d*+|\.\d++)(?:[eE][+-]?+\d++)?+\s*+\))++\s*+\)\s*+)++"
+)
+_FLAT_CASE = re.compile(r"\(\s*and(?=[\s()])")
+_FLAT_MAX_CELLS = 50_000_000  # cases × inputs beyond this: the general reader (memory)
+
+
+def _read_flat_disjunction(reader: _Reader, simple: list[tuple], rest: str, num_inputs: int | None,
+                           num_outputs: int | None) -> tuple[int, int, tuple[CounterexampleQuery, ...]] | None:
+    """``(num_inputs, num_outputs, queries)`` read in bulk when the file has the flat layout above,
+    else None (the general reader then reads it, and reports what is wrong).
+
+    The result is the general reader's, query for query: the simple asserts are conjoined with every
+    case; ``(<= X_i v)``/``(< X_i v)`` bounds X_i above by float(v) and ``>=``/``>`` below;
+    ``(<= Y_j v)`` is the row −y_j + v ≥ 0 and ``(>= Y_j v)`` the row y_j − v ≥ 0; cases with an empty
+    box are dropped; cases with the same box become one query (in order of first appearance) whose
+    conjunctions are the cases' rows (in file order).
+    """
+    match = _FLAT_ASSERT.search(rest)
+    if match is None or _BARE_COMMAND.sub("", rest[:match.start()] + rest[match.end():]).strip():
+        return None
+    try:  # a bad declaration: the general reader reports it where the file has it
+        n_in = reader.count("X", num_inputs, "inputs", "num_inputs")
+        n_out = reader.count("Y", num_outputs, "outputs", "num_outputs")
+    except SpecError:
+        return None
+    body = match.group(1)
+    if _FLAT_BODY.fullmatch(body) is None:
+        return None
+    # The body is (and atom ...) ... with each atom (op name number): one '(' per atom.
+    per_case = [piece.count("(") for piece in _FLAT_CASE.split(body)[1:]]
+    cases = len(per_case)
+    if cases * n_in > _FLAT_MAX_CELLS:
+        return None
+    words = _FLAT_CASE.sub(" ", body).replace("(", " ").replace(")", " ").split()
+    ops, names, numbers = words[0::3], words[1::3], words[2::3]
+    atoms = len(ops)
+    if not set(names) <= reader.variables.keys():
+        return None  # an undeclared variable: the general reader says which
+    index_of = {name: number for name, (_, number) in reader.variables.items()}
+    input_names = {name for name, (kind, _) in reader.variables.items() if kind == "X"}
+    case = np.repeat(np.arange(cases), per_case)
+    upper = np.fromiter(map(("<=", "<").__contains__, ops), bool, atoms)
+    is_input = np.fromiter(map(input_names.__contains__, names), bool, atoms)
+    index = np.fromiter(map(index_of.__getitem__, names), np.int64, atoms)
+    value = np.fromiter(map(float, numbers), np.float64, atoms)
+    if not np.isfinite(value).all():
+        return None  # a number outside the float64 range: the general reader says which
+
+    base_lower, base_upper, base_rows = _apply(reader.simple_atoms(simple), [-math.inf] * n_in, [math.inf] * n_in, [])
+    lower = np.tile(np.array(base_lower, dtype=np.float64), (cases, 1))
+    high = np.tile(np.array(base_upper, dtype=np.float64), (cases, 1))
+    below, above = is_input & ~upper, is_input & upper
+    np.maximum.at(lower, (case[below], index[below]), value[below])
+    np.minimum.at(high, (case[above], index[above]), value[above])
+    kept = np.flatnonzero(~(lower > high).any(1))
+    if not len(kept) or not (np.isfinite(lower[kept]).all() and np.isfinite(high[kept]).all()):
+        return None  # no case has a counterexample, or some input lacks a bound: the general reader says which
+
+    # Every case's conjunction Σ c·y + d ≥ 0: the simple asserts' rows, then its own (file
+    # order); a case without rows gets the one all-zero row (every output). Built in one array,
+    # then viewed case by case (the arrays are checked here: finite, one row at least).
+    output = ~is_input
+    own = np.bincount(case[output], minlength=cases)
+    base_C, base_d = np.zeros((0, n_out)), np.zeros(0)
+    if base_rows:
+        common = _half_spaces(base_rows, n_out)
+        base_C, base_d = common.C.numpy(), common.d.numpy()
+    count = np.maximum(len(base_rows) + own, 1)
+    offset = np.cumsum(count) - count
+    C = np.zeros((int(count.sum()), n_out))
+    d = np.zeros(int(count.sum()))
+    for row in range(len(base_rows)):
+        C[offset + row], d[offset + row] = base_C[row], base_d[row]
+    row_case = case[output]
+    starts = np.cumsum(own) - own
+    slot = offset[row_case] + len(base_rows) + (np.arange(len(row_case)) - starts[row_case])
+    C[slot, index[output]] = np.where(upper[output], -1.0, 1.0)
+    d[slot] = np.where(upper[output], value[output], 0.0 - value[output])
+    rows = torch.from_numpy(C).split(count.tolist())
+    constants = torch.from_numpy(d).split(count.tolist())
+
+    keys = np.ascontiguousarray(np.hstack([lower[kept], high[kept]]) + 0.0)
+    _, first, group = np.unique(keys.view(np.dtype((np.void, keys.dtype.itemsize * keys.shape[1]))).reshape(-1),
+                                return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    conjunctions: list[list[HalfSpaces]] = [[] for _ in order]
+    position = np.empty_like(order)
+    position[order] = np.arange(len(order))
+    for number, slot in zip(kept.tolist(), position[group.reshape(-1)].tolist()):
+        conjunctions[slot].append(HalfSpaces.from_checked(rows[number], constants[number]))
+    firsts = kept[first[order]]
+    boxes = zip(torch.from_numpy(lower[firsts]).unbind(0), torch.from_numpy(high[firsts]).unbind(0))
+    queries = tuple(CounterexampleQuery(Box.from_checked(low, top), OutputSpec.from_checked(tuple(parts)))
+                    for (low, top), parts in zip(boxes, conjunctions))
+    return n_in, n_out, queries
 
 
 def _apply(atoms: list, lower: list, upper: list, rows: list) -> tuple[list, list, list]:

@@ -21,7 +21,7 @@ from assay.verify.onnx_recheck import confirmed_counterexample
 from assay.verify.operator_split import OperatorSplitting, round_size
 from assay.verify.operator_split import root_branch as operator_root
 from assay.verify.options import INPUT_SPLIT_MAX_INPUTS, VerifyOptions
-from assay.verify.problem import UnsafeQuery, from_required, from_unsafe
+from assay.verify.problem import UnsafeQuery, from_required, from_unsafe, from_vnnlib_queries
 from assay.verify.relu_split import conjunction_searches, pooled_upper_bounds, refutes_every_conjunction, root_corners
 from assay.verify.result import VerificationResult, VerificationStats, VerificationStatus
 from assay.verify.search import SearchState, SearchStats, branch_and_bound
@@ -95,10 +95,7 @@ def verify_vnnlib(network: Network, prop, *, options: VerifyOptions | None = Non
     Options as for :func:`verify`.
     """
     options = VerifyOptions.build(options, **option_values)
-    queries: list[UnsafeQuery] = []
-    for index, query in enumerate(prop.queries):
-        queries += from_unsafe(network, query.input_set, query.unsafe_outputs, index)
-    return _run(network, queries, options, rng, progress)
+    return _run(network, from_vnnlib_queries(network, prop.queries), options, rng, progress)
 
 
 # From this many queries on (input or operator splitting), their boxes are bounded together before
