@@ -182,13 +182,16 @@ def compute_bounds(
     """
     started = time.perf_counter()
     spec_of_method = bound_method(method)
-    check_choice(sides, "sides", "compute_bounds", ("both", "lower", "upper"))
-    check_choice(intermediate_method, "intermediate_method", "compute_bounds", ("crown", "forward", "alpha", "hybrid"))
-    if return_linear and not spec_of_method.linear:
-        linear = ", ".join(repr(m.name) for m in METHODS.values() if m.linear)
-        raise OptionError(f"return_linear needs a method with linear bounds ({linear}); {method!r} has none")
+    _check_options(spec_of_method, method, sides, intermediate_method, return_linear, intermediate, fixed_layers,
+                   objective, intermediate_only, enough)
+    enough = None if enough is None else float(enough)
     torch_dtype = resolve_dtype(dtype)
     plan = plan_for(network, torch_dtype)
+    if fixed_layers and (intermediate is None or not 0 <= fixed_layers <= len(plan.relu_positions)):
+        raise OptionError(
+            f"fixed_layers={fixed_layers} needs `intermediate` bounds and at most {len(plan.relu_positions)} "
+            f"(the network's ReLU layers)"
+        )
     lower, upper = _input_bounds(network, input_set, torch_dtype)
     batch = lower.shape[0]
     C, d, spec_change = _spec_rows(network, spec, batch, torch_dtype)
@@ -196,222 +199,28 @@ def compute_bounds(
     split_signs = _resolve_splits(plan, splits, batch)
     options = spec_of_method.resolve_options(options)
     relax = spec_of_method.relax()
-    if fixed_layers and (intermediate is None or not 0 <= fixed_layers <= len(plan.relu_positions)):
-        raise OptionError(
-            f"fixed_layers={fixed_layers} needs `intermediate` bounds and at most {len(plan.relu_positions)} "
-            f"(the network's ReLU layers)"
-        )
-    if intermediate_method == "alpha" and not spec_of_method.optimised:
-        raise OptionError(f"intermediate_method='alpha' optimises slopes: it needs method 'alpha' or 'beta', not {method!r}")
-    if objective is not None and not spec_of_method.optimised:
-        raise OptionError("an `objective` is only used by the optimised methods 'alpha' and 'beta'")
-    if intermediate_only and return_linear:
-        raise OptionError("intermediate_only skips the rows' linear bounds: it cannot return_linear")
-    if enough is not None:
-        if not spec_of_method.optimised:
-            raise OptionError(f"`enough` stops an optimisation early: it needs method 'alpha' or 'beta', not {method!r}")
-        if sides == "both":
-            raise OptionError("`enough` is a bound on one side: give sides='lower' or sides='upper'")
-        enough = float(enough)
-        if math.isnan(enough):
-            raise OptionError("`enough` must be a number, not NaN")
 
     with torch.no_grad():
-        known: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        if intermediate is not None:
-            _check_intermediate(plan, intermediate, batch)
-            for k, position in enumerate(plan.relu_positions):
-                known[position] = cast_outward(intermediate.lower[k], intermediate.upper[k], torch_dtype)
-            # With fixed_layers, only the tensors before the first layer bounded again are trusted
-            # (the later ones may belong to a network that changed since).
-            trusted = plan.relu_positions[fixed_layers - 1] + 1 if fixed_layers else math.inf
-            for k, tensor in enumerate(plan.operator_tensors if intermediate.operator_lower else ()):
-                if tensor >= trusted:
-                    continue
-                given = cast_outward(intermediate.operator_lower[k], intermediate.operator_upper[k], torch_dtype)
-                if tensor in known:  # a ReLU's input that an operator reads too: both hold
-                    given = torch.maximum(given[0], known[tensor][0]), torch.minimum(given[1], known[tensor][1])
-                known[tensor] = given
-        infeasible = torch.zeros(batch, dtype=torch.bool)
-
-        def clamp(position, l, u, members=None):
-            """``l``, ``u`` intersected with what is known of tensor ``position`` (for the domains
-            ``members``, an index tensor, when given: ``l``, ``u`` hold those domains only)."""
-            nonlocal infeasible
-            pick = (lambda t: t) if members is None else (lambda t: t[members] if t.shape[0] == batch else t)  # noqa: E731
-            if position in known:
-                l, u = torch.maximum(l, pick(known[position][0])), torch.minimum(u, pick(known[position][1]))
-            if position in split_signs:
-                signs = pick(split_signs[position])
-                l = torch.where(signs < 0, l.clamp(min=0), l)  # sign −1 marks z ≥ 0 (active)
-                u = torch.where(signs > 0, u.clamp(max=0), u)  # sign +1 marks z ≤ 0 (inactive)
-            empty = (l > u).reshape(l.shape[0], -1).any(1)
-            if members is None:
-                infeasible = infeasible | empty
-            else:
-                infeasible = infeasible.clone()
-                infeasible[members] |= empty
-            return l, torch.maximum(l, u)
-
-        # the given pre-activation bounds stand for their tensors' intervals (clamp intersects
-        # them with the splits)
-        refining = spec_of_method.linear and (intermediate is None or refine_intermediate)
-        refined = _refined_tensors(plan, fixed_layers) if refining and intermediate_method in ("crown", "alpha") else []
-        # Lazy IBP: each tensor CROWN refines replaces its interval bounds, and every tensor after
-        # it is computed again from there; so each interval pass stops at the next refined tensor
-        # (its backward walk reads only the tensors before it), and the last one runs to the output.
-        bounds = interval_pass(plan, lower, upper, deltas, clamp, given=known, until=refined[0] if refined else None)
-        center, radius = center_radius(lower, upper)
-        stats = {"domains": batch, "rows": C.shape[1], "method": method}
-        if spec_of_method.linear and (intermediate is None or refine_intermediate) and intermediate_method in ("forward",
-                                                                                                             "hybrid"):
-            if deltas:
-                raise OptionError("intermediate_method='forward' does not support weight_perturbation; use 'crown'")
-            # "hybrid" stores forward functions over the varying inputs at its cuts; "forward" also
-            # groups an image's columns (assay.bounds.forward_columns) and fits larger inputs
-            varying = varying_inputs(lower, upper)[0].numel()
-            if varying > MAX_FORWARD_INPUTS and (intermediate_method == "hybrid" or not forward_fits(plan)):
-                raise OptionError(
-                    f"intermediate_method={intermediate_method!r} is meant for boxes with few varying inputs (at "
-                    f"most {MAX_FORWARD_INPUTS}), or ('forward') images whose layers' receptive fields keep the "
-                    f"grouped coefficients within {MAX_FORWARD_COEFFICIENTS} elements per tensor; the boxes given "
-                    f"for {network.source} vary {varying} inputs: use 'crown'"
-                )
-            interval = bounds
-
-            def clamp_with_interval(position, l, u, members=None):
-                low, high = interval[position] if members is None else (t[members] for t in interval[position])
-                return clamp(position, torch.maximum(l, low), torch.minimum(u, high), members)
-
-            walks = _hybrid_walks(plan) if intermediate_method == "hybrid" else {}
-            cuts = {}
-            # "hybrid": error symbols keep the correlations that many unstable neurons' relaxations lose
-            known.update(forward_bounds(plan, lower, upper, clamp_with_interval, keep=set(walks.values()), cuts=cuts,
-                                        symbols=intermediate_method == "hybrid"))
-            bounds = interval_pass(plan, lower, upper, deltas, clamp)
-            for position, stop in walks.items():  # "hybrid": CROWN where the walk back to a cut is short
-                if deadline is not None and time.monotonic() > deadline:
-                    break  # the later tensors keep their forward bounds (sound)
-                refine = _crown_layer_bounds if position in plan.relu_positions else _crown_tensor_bounds
-                known[position] = refine(plan, position, bounds, deltas, center, radius, relax, deadline,
-                                         cut=cuts.get(stop))
-                bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position)
-        elif refined:
-            reach = None
-            # Not under ReLU splits: a split domain's search branches on, and decides leaves by,
-            # every unstable neuron's bounds (ReLU splitting asked to branch a domain whose
-            # unreached neurons kept interval bounds found none it could split).
-            if intermediate_method == "crown" and not split_signs and not (plan.has_maxpool or plan.is_general):
-                # the lazy pass above stops at the first refined tensor; reach reads every layer's
-                # interval bounds (looser than the refined ones: a superset of the reached neurons)
-                reach = _rows_reach(network, plan, C, interval_pass(plan, lower, upper, deltas, clamp, given=known))
-            for index, position in enumerate(refined):
-                if deadline is not None and time.monotonic() > deadline:
-                    break  # past the deadline: the later tensors keep their interval bounds (sound)
-                until = refined[index + 1] if index + 1 < len(refined) else None
-                if len(bounds) <= position:  # the tensor before was not refined (α skips the first
-                    # ReLU layer where CROWN did not run): the lazy pass continues from where it stopped
-                    bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, len(bounds) - 1, position)
-                if position not in plan.relu_positions:  # a general operator's input: every element
-                    known[position] = _crown_tensor_bounds(plan, position, bounds, deltas, center, radius, relax,
-                                                           deadline)
-                    bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position, until)
-                    continue
-                # With `intermediate` given, α's first iterate is CROWN on the given bounds:
-                # a separate CROWN pass first would only repeat it.
-                if intermediate_method == "crown" or intermediate is None:
-                    known[position] = _crown_layer_bounds(plan, position, bounds, deltas, center, radius, relax, deadline,
-                                                          only=None if reach is None else reach[position])
-                    bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position, until)
-                if intermediate_method == "alpha" and position != plan.relu_positions[0]:
-                    known[position] = _alpha_layer_bounds(plan, position, bounds, deltas, center, radius, relax,
-                                                          options, deadline, split_signs)
-                    bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position, until)
-            if len(bounds) < len(plan.stages) + 1:  # stopped by the deadline: the rest by IBP
-                bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, len(bounds) - 1)
-
-    rows_lower, rows_upper = _sided_rows(C, d, sides)
-    linear, optimised_alphas = None, None
+        known = _given_bounds(plan, intermediate, fixed_layers, batch, torch_dtype)
+        clamp = _Clamp(known, split_signs, batch)
+        refine = spec_of_method.linear and (intermediate is None or refine_intermediate)
+        bounds = _intermediate_bounds(
+            network, plan, lower, upper, C, deltas, clamp, relax, options, deadline, split_signs,
+            method=intermediate_method if refine else None, fixed_layers=fixed_layers,
+            crown_first=intermediate is None,
+        )
+    stats = {"domains": batch, "rows": C.shape[1], "method": method}
     if not spec_of_method.linear or intermediate_only:
-        out_lower, out_upper = bounds[-1]
-        lo, hi = _interval_rows(C, d, out_lower, out_upper)
-        result_lower = lo if sides != "upper" else torch.full_like(lo, -torch.inf)
-        result_upper = hi if sides != "lower" else torch.full_like(hi, torch.inf)
+        result_lower, result_upper = _interval_rows_sided(C, d, bounds[-1], sides)
+        linear, optimised_alphas = None, None
     else:
-        stacked_C = torch.cat([r[0] for r in (rows_lower, rows_upper) if r is not None], dim=1)
-        stacked_d = torch.cat([r[1] for r in (rows_lower, rows_upper) if r is not None], dim=1)
-        n_lower = rows_lower[0].shape[1] if rows_lower is not None else 0
-
-        def to_linear(back: Backward, margin: torch.Tensor) -> LinearBounds:
-            offset = back.b - margin
-            return LinearBounds(
-                back.A[:, :n_lower] if rows_lower is not None else None,
-                offset[:, :n_lower] if rows_lower is not None else None,
-                -back.A[:, n_lower:] if rows_upper is not None else None,
-                -offset[:, n_lower:] if rows_upper is not None else None,
-            )
-
-        if not spec_of_method.optimised:
-            with torch.no_grad():
-                back = backsubstitute(plan, len(plan.stages), stacked_C, stacked_d, bounds, deltas, relax=relax)
-                best, margin = concretize(plan, back, center, radius)
-            iterations = 0
-        else:
-            if isinstance(options, BetaCrownOptions):
-                lr_alpha, lr_beta = options.lr_alpha, options.lr_beta
-                signs_for_beta = split_signs
-            else:
-                lr_alpha, lr_beta, signs_for_beta = options.lr, 0.0, None
-            initial = None
-            if alphas is not None:
-                if len(alphas) != len(plan.relu_positions):
-                    raise OptionError(f"alphas has {len(alphas)} entries; the network has "
-                                      f"{len(plan.relu_positions)} ReLU layers")
-                initial = {p: a for p, a in zip(plan.relu_positions, alphas) if a is not None}
-            target = None
-            if enough is not None:
-                # The optimised rows are the lower rows, or the upper rows negated; the rows'
-                # rounding (below) moves the bounds by `slack` afterwards, so the target includes it.
-                slack = _spec_rounding(spec_change, *bounds[-1])
-                target = enough if sides == "lower" else -enough
-                target = torch.full((batch, stacked_C.shape[1]), target, dtype=torch.float64)
-                if slack is not None:
-                    target = target + slack
-                target = (target, infeasible)
-            best, back, margin, iterations, slopes = optimize_bounds(
-                plan, stacked_C, stacked_d, bounds, center, radius,
-                deltas=deltas, split_signs=signs_for_beta, iterations=options.iterations,
-                lr_alpha=lr_alpha, lr_beta=lr_beta, lr_decay=options.lr_decay,
-                objective=objective, to_linear=to_linear, deadline=deadline, relax=relax,
-                initial_alphas=initial,
-                draft_dtype=None if options.draft_dtype is None else resolve_dtype(options.draft_dtype),
-                enough=target,
-            )
-            optimised_alphas = tuple(slopes.get(p) for p in plan.relu_positions)
-        stats["iterations"] = iterations
-        with torch.no_grad():
-            # CROWN and IBP are both sound: keep the tighter of the two for each row.
-            ibp_lo, ibp_hi = _interval_rows(C, d, *bounds[-1])
-            result_lower = torch.full_like(ibp_lo, -torch.inf)
-            result_upper = torch.full_like(ibp_hi, torch.inf)
-            if rows_lower is not None:
-                result_lower = torch.maximum(best[:, :n_lower].detach(), ibp_lo)
-            if rows_upper is not None:
-                result_upper = torch.minimum(-best[:, n_lower:].detach(), ibp_hi)
-        if return_linear:
-            linear = to_linear(Backward(back.A.detach(), back.b.detach(), back.error), margin.detach())
-
-    slack = _spec_rounding(spec_change, *bounds[-1])
-    if slack is not None:  # the rows were rounded: the exact rows' bounds lie within this much
-        down = torch.nextafter(result_lower - slack.to(result_lower.dtype), torch.full_like(result_lower, -torch.inf))
-        up = torch.nextafter(result_upper + slack.to(result_upper.dtype), torch.full_like(result_upper, torch.inf))
-        result_lower, result_upper = down, up
-        if linear is not None:
-            linear = LinearBounds(
-                linear.lower_A, None if linear.lower_b is None else torch.nextafter(
-                    linear.lower_b - slack.to(linear.lower_b.dtype), torch.full_like(linear.lower_b, -torch.inf)),
-                linear.upper_A, None if linear.upper_b is None else torch.nextafter(
-                    linear.upper_b + slack.to(linear.upper_b.dtype), torch.full_like(linear.upper_b, torch.inf)))
+        result_lower, result_upper, linear, optimised_alphas, stats["iterations"] = _linear_rows(
+            plan, lower, upper, bounds, C, d, sides, deltas, relax, spec_of_method, options, split_signs, spec_change,
+            clamp.infeasible, objective=objective, deadline=deadline, alphas=alphas, enough=enough, return_linear=return_linear,
+        )
+    result_lower, result_upper, linear = _charge_spec_rounding(spec_change, bounds[-1], result_lower, result_upper,
+                                                               linear)
+    infeasible = clamp.infeasible
     if infeasible.any():
         result_lower = torch.where(infeasible.unsqueeze(1), torch.inf, result_lower)
         result_upper = torch.where(infeasible.unsqueeze(1), -torch.inf, result_upper)
@@ -425,6 +234,278 @@ def compute_bounds(
         )
     return BoundsResult(result_lower.detach(), result_upper.detach(), method, linear, intermediate_out, C, d, stats,
                         optimised_alphas)
+
+
+# ----------------------------------------------------------------- the phases of compute_bounds
+def _check_options(spec_of_method, method, sides, intermediate_method, return_linear, intermediate, fixed_layers,
+                   objective, intermediate_only, enough) -> None:
+    """Refuse combinations of compute_bounds' options that have no meaning, with the reason."""
+    check_choice(sides, "sides", "compute_bounds", ("both", "lower", "upper"))
+    check_choice(intermediate_method, "intermediate_method", "compute_bounds", ("crown", "forward", "alpha", "hybrid"))
+    if return_linear and not spec_of_method.linear:
+        linear = ", ".join(repr(m.name) for m in METHODS.values() if m.linear)
+        raise OptionError(f"return_linear needs a method with linear bounds ({linear}); {method!r} has none")
+    if intermediate_method == "alpha" and not spec_of_method.optimised:
+        raise OptionError(f"intermediate_method='alpha' optimises slopes: it needs method 'alpha' or 'beta', not {method!r}")
+    if objective is not None and not spec_of_method.optimised:
+        raise OptionError("an `objective` is only used by the optimised methods 'alpha' and 'beta'")
+    if intermediate_only and return_linear:
+        raise OptionError("intermediate_only skips the rows' linear bounds: it cannot return_linear")
+    if enough is not None:
+        if not spec_of_method.optimised:
+            raise OptionError(f"`enough` stops an optimisation early: it needs method 'alpha' or 'beta', not {method!r}")
+        if sides == "both":
+            raise OptionError("`enough` is a bound on one side: give sides='lower' or sides='upper'")
+        if math.isnan(float(enough)):
+            raise OptionError("`enough` must be a number, not NaN")
+
+
+def _given_bounds(plan: Plan, intermediate: IntermediateBounds | None, fixed_layers: int, batch: int,
+                  dtype: torch.dtype) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """``{tensor: (lower, upper)}`` of the bounds a caller gave (``intermediate``, from a superset
+    of each domain), cast outwards to ``dtype``: every ReLU input, and the tensors general
+    operators read before the first layer bounded again (with ``fixed_layers``, the later ones
+    may belong to a network that changed since)."""
+    known: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    if intermediate is None:
+        return known
+    _check_intermediate(plan, intermediate, batch)
+    for k, position in enumerate(plan.relu_positions):
+        known[position] = cast_outward(intermediate.lower[k], intermediate.upper[k], dtype)
+    trusted = plan.relu_positions[fixed_layers - 1] + 1 if fixed_layers else math.inf
+    for k, tensor in enumerate(plan.operator_tensors if intermediate.operator_lower else ()):
+        if tensor >= trusted:
+            continue
+        given = cast_outward(intermediate.operator_lower[k], intermediate.operator_upper[k], dtype)
+        if tensor in known:  # a ReLU's input that an operator reads too: both hold
+            given = torch.maximum(given[0], known[tensor][0]), torch.minimum(given[1], known[tensor][1])
+        known[tensor] = given
+    return known
+
+
+class _Clamp:
+    """``clamp(position, l, u, members=None)``: bounds of tensor ``position`` intersected with
+    what is known of it (``known``, updated as tensors are refined) and with the ReLU split
+    constraints; for the domains ``members`` (an index tensor) when given, where ``l``, ``u``
+    hold those domains only. ``infeasible`` (B,) records the domains whose intervals came out
+    empty (no input reaches them)."""
+
+    def __init__(self, known, split_signs, batch: int):
+        self.known, self.split_signs, self.batch = known, split_signs, batch
+        self.infeasible = torch.zeros(batch, dtype=torch.bool)
+
+    def __call__(self, position, l, u, members=None):
+        pick = (lambda t: t) if members is None else (lambda t: t[members] if t.shape[0] == self.batch else t)  # noqa: E731
+        if position in self.known:
+            l, u = torch.maximum(l, pick(self.known[position][0])), torch.minimum(u, pick(self.known[position][1]))
+        if position in self.split_signs:
+            signs = pick(self.split_signs[position])
+            l = torch.where(signs < 0, l.clamp(min=0), l)  # sign −1 marks z ≥ 0 (active)
+            u = torch.where(signs > 0, u.clamp(max=0), u)  # sign +1 marks z ≤ 0 (inactive)
+        empty = (l > u).reshape(l.shape[0], -1).any(1)
+        if members is None:
+            self.infeasible = self.infeasible | empty
+        else:
+            self.infeasible = self.infeasible.clone()
+            self.infeasible[members] |= empty
+        return l, torch.maximum(l, u)
+
+
+def _intermediate_bounds(network, plan: Plan, lower, upper, C, deltas, clamp: _Clamp, relax, options, deadline,
+                         split_signs, *, method: str | None, fixed_layers: int, crown_first: bool) -> list:
+    """Bounds of every tensor (``bounds[t]`` = (lower, upper) of tensor t), interval bounds
+    tightened by ``method`` where it refines (None: the given and interval bounds only):
+    "forward"/"hybrid" by forward linear bounds (:func:`_forward_intermediate`), "crown"/"alpha"
+    tensor by tensor in order (:func:`_refined_intermediate`). Each refined tensor's bounds enter
+    ``clamp.known``, so every later pass intersects with them."""
+    refined = _refined_tensors(plan, fixed_layers) if method in ("crown", "alpha") else []
+    # Lazy IBP: each tensor CROWN refines replaces its interval bounds, and every tensor after
+    # it is computed again from there; so each interval pass stops at the next refined tensor
+    # (its backward walk reads only the tensors before it), and the last one runs to the output.
+    bounds = interval_pass(plan, lower, upper, deltas, clamp, given=clamp.known, until=refined[0] if refined else None)
+    if method in ("forward", "hybrid"):
+        return _forward_intermediate(network, plan, lower, upper, bounds, deltas, clamp, relax, deadline, method)
+    if refined:
+        return _refined_intermediate(network, plan, lower, upper, C, bounds, refined, deltas, clamp, relax, options,
+                                     deadline, split_signs, method, crown_first)
+    return bounds
+
+
+def _forward_intermediate(network, plan: Plan, lower, upper, interval, deltas, clamp: _Clamp, relax, deadline,
+                          method: str) -> list:
+    """Forward linear bounds of every refined tensor ("hybrid": with error symbols, then CROWN
+    where the walk back to a cut is short, the cut's forward functions substituted there)."""
+    if deltas:
+        raise OptionError("intermediate_method='forward' does not support weight_perturbation; use 'crown'")
+    # "hybrid" stores forward functions over the varying inputs at its cuts; "forward" also
+    # groups an image's columns (assay.bounds.forward_columns) and fits larger inputs
+    varying = varying_inputs(lower, upper)[0].numel()
+    if varying > MAX_FORWARD_INPUTS and (method == "hybrid" or not forward_fits(plan)):
+        raise OptionError(
+            f"intermediate_method={method!r} is meant for boxes with few varying inputs (at "
+            f"most {MAX_FORWARD_INPUTS}), or ('forward') images whose layers' receptive fields keep the "
+            f"grouped coefficients within {MAX_FORWARD_COEFFICIENTS} elements per tensor; the boxes given "
+            f"for {network.source} vary {varying} inputs: use 'crown'"
+        )
+
+    def clamp_with_interval(position, l, u, members=None):
+        low, high = interval[position] if members is None else (t[members] for t in interval[position])
+        return clamp(position, torch.maximum(l, low), torch.minimum(u, high), members)
+
+    center, radius = center_radius(lower, upper)
+    walks = _hybrid_walks(plan) if method == "hybrid" else {}
+    cuts = {}
+    # "hybrid": error symbols keep the correlations that many unstable neurons' relaxations lose
+    clamp.known.update(forward_bounds(plan, lower, upper, clamp_with_interval, keep=set(walks.values()), cuts=cuts,
+                                      symbols=method == "hybrid"))
+    bounds = interval_pass(plan, lower, upper, deltas, clamp)
+    for position, stop in walks.items():  # "hybrid": CROWN where the walk back to a cut is short
+        if deadline is not None and time.monotonic() > deadline:
+            break  # the later tensors keep their forward bounds (sound)
+        refine = _crown_layer_bounds if position in plan.relu_positions else _crown_tensor_bounds
+        clamp.known[position] = refine(plan, position, bounds, deltas, center, radius, relax, deadline,
+                                       cut=cuts.get(stop))
+        bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position)
+    return bounds
+
+
+def _refined_intermediate(network, plan: Plan, lower, upper, C, bounds, refined, deltas, clamp: _Clamp, relax,
+                          options, deadline, split_signs, method: str, crown_first: bool) -> list:
+    """CROWN (and with ``method`` "alpha", α-CROWN) bounds of the ``refined`` tensors in order,
+    each pass of interval bounds continuing from the last refined tensor. ``crown_first``: False
+    when bounds were given, where α's first iterate is CROWN on them (a separate CROWN pass
+    first would only repeat it). Past the deadline the later tensors keep interval bounds."""
+    center, radius = center_radius(lower, upper)
+    known = clamp.known
+    reach = None
+    # Not under ReLU splits: a split domain's search branches on, and decides leaves by,
+    # every unstable neuron's bounds (ReLU splitting asked to branch a domain whose
+    # unreached neurons kept interval bounds found none it could split).
+    if method == "crown" and not split_signs and not (plan.has_maxpool or plan.is_general):
+        # the lazy pass stops at the first refined tensor; reach reads every layer's
+        # interval bounds (looser than the refined ones: a superset of the reached neurons)
+        reach = _rows_reach(network, plan, C, interval_pass(plan, lower, upper, deltas, clamp, given=known))
+    for index, position in enumerate(refined):
+        if deadline is not None and time.monotonic() > deadline:
+            break  # past the deadline: the later tensors keep their interval bounds (sound)
+        until = refined[index + 1] if index + 1 < len(refined) else None
+        if len(bounds) <= position:  # the tensor before was not refined (α skips the first
+            # ReLU layer where CROWN did not run): the lazy pass continues from where it stopped
+            bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, len(bounds) - 1, position)
+        if position not in plan.relu_positions:  # a general operator's input: every element
+            known[position] = _crown_tensor_bounds(plan, position, bounds, deltas, center, radius, relax, deadline)
+            bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position, until)
+            continue
+        if method == "crown" or crown_first:
+            known[position] = _crown_layer_bounds(plan, position, bounds, deltas, center, radius, relax, deadline,
+                                                  only=None if reach is None else reach[position])
+            bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position, until)
+        if method == "alpha" and position != plan.relu_positions[0]:
+            known[position] = _alpha_layer_bounds(plan, position, bounds, deltas, center, radius, relax,
+                                                  options, deadline, split_signs)
+            bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position, until)
+    if len(bounds) < len(plan.stages) + 1:  # stopped by the deadline: the rest by IBP
+        bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, len(bounds) - 1)
+    return bounds
+
+
+def _interval_rows_sided(C, d, output_bounds, sides: str):
+    """The rows' bounds from the output's interval bounds, the side not asked for at ∓inf."""
+    lo, hi = _interval_rows(C, d, *output_bounds)
+    return (lo if sides != "upper" else torch.full_like(lo, -torch.inf),
+            hi if sides != "lower" else torch.full_like(hi, torch.inf))
+
+
+def _linear_rows(plan: Plan, lower, upper, bounds, C, d, sides, deltas, relax, spec_of_method, options, split_signs,
+                 spec_change, infeasible, *, objective, deadline, alphas, enough, return_linear):
+    """The rows' bounds by the method's backward pass (CROWN, or α/β-CROWN's optimisation) over
+    the intermediate ``bounds``, each row kept at the tighter of it and the interval bound.
+    Returns ``(lower, upper, linear or None, optimised slopes or None, iterations)``."""
+    center, radius = center_radius(lower, upper)
+    batch = C.shape[0]
+    rows_lower, rows_upper = _sided_rows(C, d, sides)
+    stacked_C = torch.cat([r[0] for r in (rows_lower, rows_upper) if r is not None], dim=1)
+    stacked_d = torch.cat([r[1] for r in (rows_lower, rows_upper) if r is not None], dim=1)
+    n_lower = rows_lower[0].shape[1] if rows_lower is not None else 0
+
+    def to_linear(back: Backward, margin: torch.Tensor) -> LinearBounds:
+        offset = back.b - margin
+        return LinearBounds(
+            back.A[:, :n_lower] if rows_lower is not None else None,
+            offset[:, :n_lower] if rows_lower is not None else None,
+            -back.A[:, n_lower:] if rows_upper is not None else None,
+            -offset[:, n_lower:] if rows_upper is not None else None,
+        )
+
+    optimised_alphas = None
+    if not spec_of_method.optimised:
+        with torch.no_grad():
+            back = backsubstitute(plan, len(plan.stages), stacked_C, stacked_d, bounds, deltas, relax=relax)
+            best, margin = concretize(plan, back, center, radius)
+        iterations = 0
+    else:
+        if isinstance(options, BetaCrownOptions):
+            lr_alpha, lr_beta = options.lr_alpha, options.lr_beta
+            signs_for_beta = split_signs
+        else:
+            lr_alpha, lr_beta, signs_for_beta = options.lr, 0.0, None
+        initial = None
+        if alphas is not None:
+            if len(alphas) != len(plan.relu_positions):
+                raise OptionError(f"alphas has {len(alphas)} entries; the network has "
+                                  f"{len(plan.relu_positions)} ReLU layers")
+            initial = {p: a for p, a in zip(plan.relu_positions, alphas) if a is not None}
+        target = None
+        if enough is not None:
+            # The optimised rows are the lower rows, or the upper rows negated; the rows'
+            # rounding (_charge_spec_rounding) moves the bounds by `slack` afterwards, so the
+            # target includes it.
+            slack = _spec_rounding(spec_change, *bounds[-1])
+            target = enough if sides == "lower" else -enough
+            target = torch.full((batch, stacked_C.shape[1]), target, dtype=torch.float64)
+            if slack is not None:
+                target = target + slack
+            target = (target, infeasible)
+        best, back, margin, iterations, slopes = optimize_bounds(
+            plan, stacked_C, stacked_d, bounds, center, radius,
+            deltas=deltas, split_signs=signs_for_beta, iterations=options.iterations,
+            lr_alpha=lr_alpha, lr_beta=lr_beta, lr_decay=options.lr_decay,
+            objective=objective, to_linear=to_linear, deadline=deadline, relax=relax,
+            initial_alphas=initial,
+            draft_dtype=None if options.draft_dtype is None else resolve_dtype(options.draft_dtype),
+            enough=target,
+        )
+        optimised_alphas = tuple(slopes.get(p) for p in plan.relu_positions)
+    with torch.no_grad():
+        # CROWN and IBP are both sound: keep the tighter of the two for each row.
+        ibp_lo, ibp_hi = _interval_rows(C, d, *bounds[-1])
+        result_lower = torch.full_like(ibp_lo, -torch.inf)
+        result_upper = torch.full_like(ibp_hi, torch.inf)
+        if rows_lower is not None:
+            result_lower = torch.maximum(best[:, :n_lower].detach(), ibp_lo)
+        if rows_upper is not None:
+            result_upper = torch.minimum(-best[:, n_lower:].detach(), ibp_hi)
+    linear = None
+    if return_linear:
+        linear = to_linear(Backward(back.A.detach(), back.b.detach(), back.error), margin.detach())
+    return result_lower, result_upper, linear, optimised_alphas, iterations
+
+
+def _charge_spec_rounding(spec_change, output_bounds, result_lower, result_upper, linear):
+    """Where the rows were rounded to the working dtype, widen their bounds (and linear bounds'
+    offsets) by how far the exact rows' bounds can lie (:func:`_spec_rounding`)."""
+    slack = _spec_rounding(spec_change, *output_bounds)
+    if slack is None:
+        return result_lower, result_upper, linear
+    down = torch.nextafter(result_lower - slack.to(result_lower.dtype), torch.full_like(result_lower, -torch.inf))
+    up = torch.nextafter(result_upper + slack.to(result_upper.dtype), torch.full_like(result_upper, torch.inf))
+    if linear is not None:
+        linear = LinearBounds(
+            linear.lower_A, None if linear.lower_b is None else torch.nextafter(
+                linear.lower_b - slack.to(linear.lower_b.dtype), torch.full_like(linear.lower_b, -torch.inf)),
+            linear.upper_A, None if linear.upper_b is None else torch.nextafter(
+                linear.upper_b + slack.to(linear.upper_b.dtype), torch.full_like(linear.upper_b, torch.inf)))
+    return down, up, linear
 
 
 # ---------------------------------------------------------------------------- helpers
