@@ -373,6 +373,34 @@ def test_walk_rounding_terms_cover_the_float32_walks_deviation(residual):
     assert (deviation <= owed).all()
 
 
+def test_walk_rounding_terms_cover_the_float32_walks_bias_sum():
+    """The float32 walk's offset b, a bias sum over 4,000 outputs (taken in float64 and charged
+    float64's γ only), lies within the walk's ``error`` of the exact sum. On the input point 0 the
+    coefficients' rounding terms vanish (they scale with the input's magnitude), and rows nearly
+    orthogonal to the bias make b small next to its terms, so nothing but the offset's own charge
+    covers its rounding: summing the biases in float32 while charging float64's γ fails this (an
+    error ~10⁻⁴ against a charge ~10⁻⁷)."""
+    from assay.bounds.crown import backsubstitute
+    from assay.bounds.ibp import interval_pass
+    from assay.bounds.plan import plan_for
+    from assay.nn import Linear, Network
+
+    rng = np.random.default_rng(2)
+    f32 = lambda t: t.to(torch.float32).to(torch.float64)  # noqa: E731
+    bias = f32(torch.as_tensor(rng.normal(size=4000)) * 30)
+    network = Network((Linear(f32(torch.as_tensor(rng.normal(size=(4000, 64)))), bias),), (64,), sources=((0,),))
+    C = torch.as_tensor(rng.normal(size=(40, 4000)))
+    C = f32(C - (C @ bias / (bias @ bias)).unsqueeze(1) * bias).unsqueeze(0)  # C·bias ≈ 0 (before rounding C)
+    exact = C[0] @ bias  # float32 products, float64 sum: ~1e-16 of Σ|products| ≈ 1e5
+    plan = plan_for(network, torch.float32)
+    zero = torch.zeros(1, 64, dtype=torch.float32)
+    back = backsubstitute(plan, 1, C.to(torch.float32), torch.zeros(1, 40, dtype=torch.float32),
+                          interval_pass(plan, zero, zero))
+    owed = back.error.double()
+    assert (owed < 1e-6).all(), "the offset's charge must be tiny, or the test proves nothing"
+    assert ((back.b.double() - exact).abs() <= owed).all()
+
+
 def test_casting_bounds_to_float32_rounds_outwards():
     """Round to nearest would move an end inwards by up to half an ulp (0.1 → 0.100000001…):
     the cast bounds must contain the float64 ones, and exact values must stay put."""

@@ -173,3 +173,33 @@ def test_intercept_scores_read_the_row_closest_to_refuted():
                                                bounded_alone.payload.result.upper)
     assert scores[0, 0] > scores[0, 1]
     assert torch.allclose(scores, expected, rtol=1e-12, atol=0)
+
+
+def test_a_large_networks_root_is_bounded_in_float32_and_the_search_still_decides(monkeypatch):
+    """Above ROOT_FLOAT32_MIN_RELUS ReLUs the root's bounds come in float32 (the search keeps its
+    dtype): they are sound for every sampled point, no looser than 1e-3 off the float64 ones,
+    and the search started from them decides the query as the float64 root's search does."""
+    network, query, strategy, _ = _open_root(0)
+    monkeypatch.setattr(relu_split, "ROOT_FLOAT32_MIN_RELUS", network.num_relus - 1)
+    ((strategy32, state32),) = conjunction_searches(network, query)
+    root32, root64 = strategy32.root_bounds, strategy.root_bounds
+    assert root32.upper.dtype == torch.float32 and root64.upper.dtype == torch.float64
+    x = torch.as_tensor(np.random.default_rng(0).uniform(-0.5, 0.5, (20_000, 12)))
+    rows = network.forward(x) @ query.C.T + query.d
+    assert (rows.max(0).values <= root32.upper[0].double()).all()
+    assert (root32.upper.double() - root64.upper).abs().max() <= 1e-3
+    assert not strategy32.refuted_at_root  # the search below has to split
+    from assay.verify import verify
+    from assay.verify.result import VerificationStatus
+
+    x = torch.as_tensor(np.random.default_rng(0).uniform(-0.5, 0.5, (20_000, 12)))  # as _open_root(0)
+    threshold = (network.forward(x) @ torch.tensor([1.0, -1.0], dtype=torch.float64)).max().item() + 0.05
+    statuses = []
+    for least in (network.num_relus - 1, network.num_relus):  # the root in float32, then in float64
+        monkeypatch.setattr(relu_split, "ROOT_FLOAT32_MIN_RELUS", least)
+        for d in (-threshold, -threshold + 0.2):  # the query as _open_root(0) poses it, then a looser one
+            result = verify(network, box(12, 0.5), unsafe=unsafe_region([[1.0, -1.0]], [d]), strategy="relu",
+                            attack_restarts=0, timeout=60)
+            statuses.append(result.status)
+    assert VerificationStatus.TIMEOUT not in statuses and VerificationStatus.UNKNOWN not in statuses
+    assert statuses[:2] == statuses[2:]

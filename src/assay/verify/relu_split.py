@@ -141,7 +141,10 @@ def _upwards(bounds: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def _root_bounds(network, query, C, d, dtype, deadline: Deadline | None, tighten: IntermediateBounds | None = None,
                  refined: IntermediateBounds | None = None, refute: bool = True):
     """α-CROWN upper bounds of the rows (C, d) on the query's whole box; ``refute``: the rows
-    are one conjunction, so the optimisation may stop once one of them is negative."""
+    are one conjunction, so the optimisation may stop once one of them is negative. In float32
+    for a network of more than :data:`ROOT_FLOAT32_MIN_RELUS` ReLUs (sound either way)."""
+    if network.num_relus > ROOT_FLOAT32_MIN_RELUS:
+        dtype = "float32"
     box = query.lower.reshape(1, *network.input_shape), query.upper.reshape(1, *network.input_shape)
     refine = {} if tighten is None else {"intermediate": tighten, "intermediate_method": "alpha"}
     if refined is not None:
@@ -187,6 +190,13 @@ def _rows_of(result, rows: torch.Tensor):
                                   upper_b=linear.upper_b[:, rows]))
 
 
+# Above this many ReLUs the root's bounds are computed in float32 whatever the search's dtype:
+# CROWN's intermediate layers, most of the root's cost, take about half the time, and the rounding
+# they are charged (see assay.bounds.crown) widens them little. On VNN-COMP 2024 yolo_2023
+# (TinyYOLO, 167,648 ReLUs over 52×52×3 inputs) the float64 root did not finish within 11 min on
+# 2 shared cores; the float32 one takes 250-350 s there and its best row (prop_000034) is −0.49,
+# against −0.35 with every rounding term removed.
+ROOT_FLOAT32_MIN_RELUS = 100_000
 # Above this many ReLUs, children reuse their parents' intermediate bounds without refining them.
 REFINE_MAX_RELUS = 2000
 # The dtype of that refinement: float32 bounds carry their (sound) rounding margins and cost about
