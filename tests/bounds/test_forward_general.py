@@ -65,34 +65,40 @@ def _network(kind: str, template: str, rng) -> Network:
        width=st.sampled_from([1e-3, 0.3, 2.0]))
 @FAST
 def test_forward_bounds_contain_every_sampled_tensor(kind, template, seed, width):
+    """Per-side forward bounds and, with ``symbols``, forward bounds whose ReLUs add error symbols
+    (the hybrid bounds' forward pass, each of the 3 domains with its own symbols)."""
     rng = np.random.default_rng(seed)
     network = _network(kind, template, rng)
-    shape = (2, *network.input_shape)
+    batch = 3
+    shape = (batch, *network.input_shape)
     center = torch.as_tensor(rng.uniform(-1, 1, size=shape))
     radius = torch.as_tensor(rng.uniform(0, width / 2, size=shape))
     lower, upper = center - radius, center + radius
     x = sample_box(lower, upper, rng, SAMPLES)
     with torch.no_grad():
-        values = network.tensors(x.reshape(SAMPLES * 2, *network.input_shape))
+        values = network.tensors(x.reshape(SAMPLES * batch, *network.input_shape))
     for dtype in (torch.float64, torch.float32):
         plan = plan_for(network, dtype)
-        bounds = forward_bounds(plan, lower.to(dtype), upper.to(dtype), lambda position, low, high: (low, high))
-        assert set(plan.relu_positions) | set(plan.operator_inputs) - {0} <= set(bounds)
-        for tensor, (low, high) in bounds.items():
-            value = values[tensor].reshape(SAMPLES, 2, -1)
-            low, high = low.reshape(1, 2, -1).double(), high.reshape(1, 2, -1).double()
-            assert (value >= low).all(), f"{dtype} tensor {tensor}: below by {float((low - value).max()):.3g}"
-            assert (value <= high).all(), f"{dtype} tensor {tensor}: above by {float((value - high).max()):.3g}"
+        for symbols in (False, True):
+            bounds = forward_bounds(plan, lower.to(dtype), upper.to(dtype),
+                                    lambda position, low, high, members=None: (low, high), symbols=symbols)
+            assert set(plan.relu_positions) | set(plan.operator_inputs) - {0} <= set(bounds)
+            for tensor, (low, high) in bounds.items():
+                value = values[tensor].reshape(SAMPLES, batch, -1)
+                low, high = low.reshape(1, batch, -1).double(), high.reshape(1, batch, -1).double()
+                what = f"{dtype}{' symbols' if symbols else ''} tensor {tensor}"
+                assert (value >= low).all(), f"{what}: below by {float((low - value).max()):.3g}"
+                assert (value <= high).all(), f"{what}: above by {float((value - high).max()):.3g}"
     y = forward_batched(network, x)
     for dtype in ("float64", "float32"):
         for intermediate in ("forward", "hybrid"):
             result = compute_bounds(network, (lower, upper), dtype=dtype, intermediate_method=intermediate)
             low, high = result.lower.double().unsqueeze(0), result.upper.double().unsqueeze(0)
             assert (y >= low).all() and (y <= high).all(), f"CROWN {dtype} with {intermediate} intermediate bounds"
-            relu_values = [values[t].reshape(SAMPLES, 2, -1) for t in plan.relu_positions]
+            relu_values = [values[t].reshape(SAMPLES, batch, -1) for t in plan.relu_positions]
             for k, value in enumerate(relu_values):
-                low = result.intermediate.lower[k].reshape(1, 2, -1).double()
-                high = result.intermediate.upper[k].reshape(1, 2, -1).double()
+                low = result.intermediate.lower[k].reshape(1, batch, -1).double()
+                high = result.intermediate.upper[k].reshape(1, batch, -1).double()
                 assert (value >= low).all() and (value <= high).all(), f"{intermediate} {dtype}: ReLU layer {k}"
 
 
