@@ -201,7 +201,7 @@ def test_tightness_ordering_on_average():
     rng = np.random.default_rng(7)
     widths = {"ibp": [], "crown": [], "alpha": []}
     split_gain = []
-    for trial in range(20):
+    for trial in range(12):
         network = _example_network(trial)
         lower, upper = random_boxes(network, rng, batch=4)
         for method in widths:
