@@ -29,7 +29,14 @@ from assay.cli._common import (
     show_progress,
 )
 from assay.errors import OptionError
-from assay.verify.options import INPUT_SPLIT_METHODS, SMALL_NETWORK_PARAMETERS, STRATEGIES, VerifyOptions
+from assay.verify.options import (
+    INPUT_SPLIT_METHODS,
+    SMALL_NETWORK_ELEMENTS,
+    SMALL_NETWORK_PARAMETERS,
+    STRATEGIES,
+    VerifyOptions,
+    one_thread_suffices,
+)
 from assay.verify.result import UNKNOWN_REASON
 
 __all__ = ["verify"]
@@ -61,7 +68,8 @@ def verify(
                                   "(e.g. tcp://10.0.0.5:8786) instead of a local process pool."),
     out: Path = typer.Option(None, "--out", "-o", help="With --instances: write per-instance results to this CSV."),
     threads: int = typer.Option(None, "--threads", help="torch threads for one instance (default: 1 for networks "
-                                f"under {SMALL_NETWORK_PARAMETERS:,} parameters, whose small tensors gain nothing "
+                                f"under {SMALL_NETWORK_PARAMETERS:,} parameters and {SMALL_NETWORK_ELEMENTS:,} tensor elements, "
+                                "whose small tensors gain nothing "
                                 "from threads and lose much when the cores are shared; torch's default otherwise)."),
     stop_on_error: bool = typer.Option(False, "--stop-on-error", help="With --instances: stop at the first bad row "
                                        "or instance that cannot be run (default: report each one and run the others; "
@@ -123,7 +131,7 @@ def _run_one(model: Path, property_file: Path, timeout: float, engine: dict, jso
 
     network = load_network(model)
     prop = read_property(property_file, network)
-    if threads is None and network.num_parameters < SMALL_NETWORK_PARAMETERS:
+    if threads is None and one_thread_suffices(network):
         threads = 1
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads or previous_threads)

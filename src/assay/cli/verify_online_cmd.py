@@ -25,9 +25,9 @@ from pathlib import Path
 import typer
 
 from assay.cli._common import EXIT_INTERRUPTED, console, load_network, read_property, show_progress
-from assay.cli.verify_cmd import _EXIT_FOR_STATUS, DEFAULT_TIMEOUT, SMALL_NETWORK_PARAMETERS, _numbers
+from assay.cli.verify_cmd import _EXIT_FOR_STATUS, DEFAULT_TIMEOUT, _numbers
 from assay.errors import AssayError, DataError, OptionError, SpecError
-from assay.verify.options import INPUT_SPLIT_METHODS
+from assay.verify.options import INPUT_SPLIT_METHODS, one_thread_suffices
 
 __all__ = ["verify_online"]
 
@@ -85,7 +85,7 @@ def verify_online(
     steps = read_steps(steps_file, network.input_size, str(network.source))
     sink = _open_out(out)
     previous_threads = torch.get_num_threads()
-    if network.num_parameters < SMALL_NETWORK_PARAMETERS:
+    if one_thread_suffices(network):
         torch.set_num_threads(1)  # small tensors gain nothing from threads (as in `assay verify`)
     try:
         results, interrupted, wall = _run(network, prop.queries[0], steps, steps_file, options, sink,

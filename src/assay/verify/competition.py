@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from assay.errors import AssayError, DataError, OptionError
-from assay.verify.options import SMALL_NETWORK_PARAMETERS
+from assay.verify.options import SMALL_NETWORK_PARAMETERS, one_thread_suffices
 from assay.verify.result import UNKNOWN_REASON, VerificationStatus
 
 if TYPE_CHECKING:  # this module stays free of torch at import: the command line reads it
@@ -257,8 +257,9 @@ def run_instance(model, property_file, timeout: float, *, started: float | None 
             command line); default: now.
         method: the bound method of input splitting (:class:`~assay.verify.VerifyOptions`).
         strategy: the branching strategy (:class:`~assay.verify.VerifyOptions`; default auto).
-        threads: torch threads; default 1 for networks under :data:`SMALL_NETWORK_PARAMETERS`
-            parameters, torch's setting otherwise. Restored afterwards.
+        threads: torch threads; default 1 for small networks
+            (:func:`~assay.verify.options.one_thread_suffices`), torch's setting otherwise. Restored
+            afterwards.
         progress: optional ``(fraction, pending)`` callable, as for :func:`~assay.verify.verify`.
 
     Returns:
@@ -289,7 +290,7 @@ def run_instance(model, property_file, timeout: float, *, started: float | None 
         return failed(str(exc))
     except MemoryError:
         return failed(f"{model}: out of memory while loading the model")
-    if threads is None and network.num_parameters < SMALL_NETWORK_PARAMETERS:
+    if threads is None and one_thread_suffices(network):
         threads = 1
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads or previous_threads)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, fields, replace
 
@@ -9,12 +10,25 @@ from assay._validate import check_choice, check_float, check_int
 from assay.bounds.methods import METHODS
 from assay.errors import OptionError
 
-__all__ = ["VerifyOptions", "INPUT_SPLIT_MAX_INPUTS", "SMALL_NETWORK_PARAMETERS"]
+__all__ = ["VerifyOptions", "INPUT_SPLIT_MAX_INPUTS", "SMALL_NETWORK_PARAMETERS", "SMALL_NETWORK_ELEMENTS",
+           "one_thread_suffices"]
 
 # Below this many parameters a network's tensors are too small for torch's threads to pay off
 # (and they lose much when the cores are shared): such instances run on one thread.
 # (Here, in a light module, so that the command line reads it without loading numpy or torch.)
 SMALL_NETWORK_PARAMETERS = 100_000
+# ... and fewer elements than this over all its tensors: a convolutional network with few weights
+# but large images (TinyYOLO: 92,205 parameters, 631,722 elements) has tensors large enough for
+# two threads (yolo_2023 prop_000034 on 2 idle cores: 116 s on one thread, 90 s on two).
+SMALL_NETWORK_ELEMENTS = 100_000
+
+
+def one_thread_suffices(network) -> bool:
+    """Whether verifying ``network`` should run on one torch thread: its tensors are too small
+    for threads to pay off (fewer than :data:`SMALL_NETWORK_PARAMETERS` parameters and
+    :data:`SMALL_NETWORK_ELEMENTS` elements over all its tensors, one input)."""
+    elements = sum(math.prod(shape) for shape in network.shapes)
+    return network.num_parameters < SMALL_NETWORK_PARAMETERS and elements < SMALL_NETWORK_ELEMENTS
 
 # Input splitting halves one input per step: beyond a handful of inputs ReLU splitting wins.
 INPUT_SPLIT_MAX_INPUTS = 16
