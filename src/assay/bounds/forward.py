@@ -44,7 +44,6 @@ import torch
 from assay.bounds.forward_columns import ColumnMap, Grouping, regroup, spacing_for, tensor_windows
 from assay.bounds.plan import AddStage, AffineStage, OperatorStage, Plan, ReluStage, gamma, unit_roundoff
 from assay.bounds.relaxation import relax_relu
-from assay.bounds.rules.base import ElementwiseRule
 
 # Above this many input elements the coefficient tensors (B, inputs, *shape) get too large.
 MAX_FORWARD_INPUTS = 256
@@ -499,9 +498,9 @@ def _forward_pass(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, k
             break
         if grouping is not None:  # widen the groups before the tensor outgrows them
             grouping = _widened(plan, windows, grouping, functions, position + 1)
-        if isinstance(stage, ReluStage) and symbols:
+        if isinstance(stage, ReluStage):
             bounds = concrete(position)
-            added = int(((bounds[0] < 0) & (bounds[1] > 0)).reshape(batch, -1).sum(1).max())
+            added = int(((bounds[0] < 0) & (bounds[1] > 0)).reshape(batch, -1).sum(1).max()) if symbols else 0
             total = center.shape[1] + added
             later = max(sizes[position + 1:last + 1], default=0)  # the largest tensor the symbols reach
             if added and later and batch * total * later <= MAX_FORWARD_COEFFICIENTS:
@@ -513,16 +512,15 @@ def _forward_pass(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, k
             else:
                 f = _relu(functions[position], *bounds, input_magnitude)
             n = center.shape[1]
-        elif isinstance(stage, ReluStage):
-            f = _relu(functions[position], *concrete(position), input_magnitude)
         elif isinstance(stage, AddStage):
             f = _add(functions[stage.sources[0]], functions[stage.sources[1]], input_magnitude)
-        elif isinstance(stage, OperatorStage) and not stage.nonlinear:
-            f = _linear_operator(stage, [functions[s] for s in stage.sources], input_magnitude)
-        elif isinstance(stage, OperatorStage) and isinstance(stage.rule, ElementwiseRule):
-            f = _elementwise(stage, functions[stage.sources[0]], *concrete(stage.sources[0]), input_magnitude)
-        elif isinstance(stage, OperatorStage):  # products, softmax, …: the output's interval
-            f = _constant(*stage.interval({s: concrete(s) for s in stage.sources}), n)
+        elif isinstance(stage, OperatorStage):  # the rule says how its operator is crossed
+            if not stage.nonlinear:
+                f = _linear_operator(stage, [functions[s] for s in stage.sources], input_magnitude)
+            elif stage.rule.elementwise:
+                f = _elementwise(stage, functions[stage.sources[0]], *concrete(stage.sources[0]), input_magnitude)
+            else:  # products, softmax, …: the output's interval
+                f = _constant(*stage.interval({s: concrete(s) for s in stage.sources}), n)
         else:
             f = _affine(stage, functions[stage.sources[0]], input_magnitude)
         f.columns = _columns(grouping, windows, plan, position + 1)

@@ -106,6 +106,9 @@ class ElementwiseRule:
 
     parameters: ClassVar[int] = 0
     linear: ClassVar[bool] = False
+    # y = f(z) element by element (forward linear bounds relax it per element; see
+    # MultiInputRule, whose operators they cross by the output's interval)
+    elementwise: ClassVar[bool] = True
     # For the attack (assay.verify.attack_model): "surrogate" when the operator's gradient is zero
     # almost everywhere and PGD must differentiate a smooth stand-in; "exact" otherwise.
     attack_gradient: ClassVar[str] = "exact"
@@ -185,6 +188,7 @@ class MultiInputRule:
 
     parameters: ClassVar[int] = 0
     linear: ClassVar[bool] = False
+    elementwise: ClassVar[bool] = False
     # For the attack (assay.verify.attack_model): "surrogate" when the operator's gradient is zero
     # almost everywhere and PGD must differentiate a smooth stand-in; "exact" otherwise.
     attack_gradient: ClassVar[str] = "exact"
