@@ -168,8 +168,10 @@ def test_every_step_of_a_random_stream_is_confirmed(accelerations, seed):
     assert seen & {HOLDS, VIOLATED}, "the stream should decide some steps"
 
 
-@pytest.mark.parametrize(("accelerations", "seed"), [("none", 0), ("bmi", 1), ("bmi,rsr", 2), ("bmw", 0),
-                                                     ("bmw,ic", 1), ("all", 2)])
+# Each acceleration that acts on ReLU-splitting leaves, alone or with the one it needs; "all" runs rsr
+# beside the others. (RSR's box bookkeeping has a direct test: a leaf proved on a box smaller than X(t)
+# counts for nothing, tests/verify/test_online_streams.py.)
+@pytest.mark.parametrize(("accelerations", "seed"), [("none", 0), ("bmi", 1), ("bmw,ic", 1), ("all", 2)])
 def test_every_step_over_relu_splitting_leaves_is_confirmed(accelerations, seed):
     """The same streams with ReLU-splitting leaves (the strategy for networks with many inputs)."""
     rng = np.random.default_rng(200 + seed)

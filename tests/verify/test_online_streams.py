@@ -328,7 +328,24 @@ def test_leaves_proved_for_another_network_count_for_no_coverage():
     online = OnlineVerifier(two_sided(20, 1.0), box, unsafe=unsafe)
     tree = online._relu
     query = online._query(online.network, online.lower, online.upper)
-    assert tree.all_verified and tree.coverage(online.network, query) == 1.0
+    assert tree.all_verified(query) and tree.coverage(online.network, query) == 1.0
     tree.version += 1  # the tree now answers for a network none of its leaves was proved for
-    assert not tree.all_verified
+    assert not tree.all_verified(query)
+    assert tree.coverage(online.network, query) == 0.0
+
+
+@pytest.mark.parametrize("grown", [1e-9, 0.1])
+def test_leaves_proved_on_a_smaller_box_count_for_no_coverage(grown):
+    """A leaf's verdict holds on the box it was bounded on: asked about a box that reaches past it
+    (by 1e-9 or by 0.1 in one input), the tree has no verified leaf (an RSR step that proved its
+    leaves on a box smaller than X(t) must not make the step hold)."""
+    unsafe = unsafe_region("or", 1.0, 1.0)
+    box = Box(-torch.ones(20, dtype=torch.float64), torch.ones(20, dtype=torch.float64))
+    online = OnlineVerifier(two_sided(20, 1.0), box, unsafe=unsafe)
+    tree = online._relu
+    assert tree.all_verified(online._query(online.network, online.lower, online.upper))
+    upper = online.upper.clone()
+    upper[3] += grown
+    query = online._query(online.network, online.lower, upper)
+    assert not tree.all_verified(query)
     assert tree.coverage(online.network, query) == 0.0

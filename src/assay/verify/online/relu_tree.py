@@ -193,15 +193,16 @@ class ReluTree:
         self.searches = updated
         return TreeStep(VerificationStatus.HOLDS, None, reused, recomputed, resplit)
 
-    @property
-    def all_verified(self) -> bool:
-        return all(bool(_verified_now(s, self.version).all()) for s in self.searches)
+    def all_verified(self, query: UnsafeQuery) -> bool:
+        """Whether every leaf is verified for the current network on a box containing X(t)
+        (``query``'s box)."""
+        return all(bool(_verified_now(s, self.version, query).all()) for s in self.searches)
 
     def coverage(self, network: Network, query: UnsafeQuery) -> float:
         """1.0 when every leaf is verified, else the verified share of points sampled in X(t),
         kept below 1 (an open leaf that no sample reached counts as half a sample: a step with an
         open leaf is not fully covered, however small that leaf)."""
-        if self.all_verified:
+        if self.all_verified(query):
             return 1.0
         rng = np.random.default_rng(0)
         x = torch.as_tensor(rng.uniform(size=(COVERAGE_SAMPLES, query.lower.numel())), dtype=torch.float64)
@@ -218,7 +219,7 @@ class ReluTree:
             # A point lies in a leaf when no split of the leaf contradicts its activation pattern.
             broken = negative @ (signs > 0).to(torch.float32).T + positive @ (signs < 0).to(torch.float32).T
             inside = broken == 0
-            covered &= (inside & _verified_now(leaves, self.version).unsqueeze(0)).any(1)
+            covered &= (inside & _verified_now(leaves, self.version, query).unsqueeze(0)).any(1)
         return min(float(covered.to(torch.float64).mean()), 1.0 - 0.5 / x.shape[0])
 
     # ------------------------------------------------------------------ pieces
@@ -288,10 +289,14 @@ def _unbounded(network: Network, count: int) -> IntermediateBounds:
                               tuple(torch.full((count, *s), torch.inf, dtype=torch.float64) for s in shapes))
 
 
-def _verified_now(leaves: ReluLeaves, version: int) -> torch.Tensor:
-    """(B,) bool: the leaves verified for network ``version`` (an early stop may leave others
-    verified for an older one: they count for nothing now)."""
-    return leaves.verified & ~stale_rows(leaves.network_version, version)
+def _verified_now(leaves: ReluLeaves, version: int, query: UnsafeQuery) -> torch.Tensor:
+    """(B,) bool: the leaves verified for network ``version`` on a box that contains ``query``'s
+    box X(t). An early stop may leave others verified for an older network, and a leaf's verdict
+    holds only on the box it was bounded on (its ``branches``' box): those count for nothing now."""
+    count = len(leaves)
+    on_box = contains(leaves.branches.lower, leaves.branches.upper,
+                      query.lower.reshape(1, -1).expand(count, -1), query.upper.reshape(1, -1).expand(count, -1))
+    return leaves.verified & ~stale_rows(leaves.network_version, version) & on_box
 
 
 def _concat(parts: list[ReluLeaves]) -> ReluLeaves:

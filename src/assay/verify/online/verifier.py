@@ -340,7 +340,7 @@ class OnlineVerifier:
                 status = VerificationStatus.UNKNOWN
         else:
             coverage = self._relu.coverage(network, query)
-            if status is VerificationStatus.HOLDS and not self._relu.all_verified:
+            if status is VerificationStatus.HOLDS and not self._relu.all_verified(query):
                 status = VerificationStatus.UNKNOWN
         leaves = self._relu.leaf_count
         return OnlineStep(step, status, coverage, counterexample, leaves, leaves, tree.reused, {"lb": 0, "inn": 0},
