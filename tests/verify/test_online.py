@@ -454,3 +454,26 @@ def test_a_relu_leaves_step_bounds_no_root_and_searches_each_conjunction_with_it
     monkeypatch.undo()
     reference = verify(network, moved, unsafe=unsafe, timeout=60, attack_restarts=0, strategy="relu")
     assert reference.status is HOLDS
+
+
+@pytest.mark.parametrize("strategy", ["input", "relu"])
+def test_a_verdict_proved_on_a_box_smaller_than_the_step_never_makes_it_hold(strategy, monkeypatch):
+    """RSR bounds leaves on X(t) grown by an offset. Were that bookkeeping wrong (simulated here:
+    the "grown" box shrunk by 0.1), leaves would be proved on a box that misses part of X(t);
+    the step must then not hold. y = x on [0, 0.5] holds below 0.55; the next step's box [0, 0.6]
+    is violated at x > 0.55, outside the shrunk box [0.1, 0.5] where the leaves are proved."""
+    from assay.verify.online import relu_tree, verifier
+
+    def shrunk(lower, upper, offset):
+        return lower + 0.1, upper - 0.1
+
+    monkeypatch.setattr(verifier, "enlarge", shrunk)
+    monkeypatch.setattr(relu_tree, "enlarge", shrunk)
+    eye = torch.eye(2, dtype=torch.float64)
+    network = Network((Linear(torch.tensor([[1.0], [0.0]], dtype=torch.float64), torch.zeros(2, dtype=torch.float64)),
+                       ReLU(), Linear(eye, torch.zeros(2, dtype=torch.float64))), (1,))
+    online = OnlineVerifier(network, box([0.0], [0.5]), spec=upper_limit_spec(0.55), accelerations="bmi,rsr",
+                            strategy=strategy, timeout=30)
+    assert online.steps[0].status is HOLDS
+    step = online.update(box([0.0], [0.6]))
+    assert step.status is not HOLDS and step.coverage < 1.0

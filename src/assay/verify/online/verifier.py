@@ -560,7 +560,9 @@ class OnlineVerifier:
         """The step's result; ``safe`` (N,) marks the leaves shown safe for this step."""
         leaves = self._leaves
         dom_lower, dom_upper, active = leaf_domains(leaves.cell_lower, leaves.cell_upper, query.lower, query.upper)
-        safe = safe & leaves.verified & active
+        # A verdict holds on the box it was checked on: a leaf whose checked box does not contain
+        # its part of X(t) is not safe, whatever the step that produced it believed.
+        safe = safe & leaves.verified & active & contains(leaves.checked_lower, leaves.checked_upper, dom_lower, dom_upper)
         coverage = float(relative_volumes(dom_lower[safe], dom_upper[safe], query.lower, query.upper).sum())
         coverage = min(coverage, 1.0)
         counterexample = reason = None
