@@ -416,7 +416,12 @@ class OnlineVerifier:
         grown = Leaves.concat([relaxed, grown])
         self._leaves = Leaves.concat([kept, grown])
         safe_kept = keep_verdict[~recompute] & active[~recompute]
-        safe = torch.cat([safe_kept, grown.verified])
+        # A leaf bounded in this step is safe where the box it was checked on contains its part of
+        # X(t), whatever the piece that bounded it believed (RSR checks a grown box). Kept leaves
+        # were checked above: inside their box, or moved by less than the Lipschitz test allows.
+        grown_lower, grown_upper, _ = leaf_domains(grown.cell_lower, grown.cell_upper, query.lower, query.upper)
+        proved_here = contains(grown.checked_lower, grown.checked_upper, grown_lower, grown_upper)
+        safe = torch.cat([safe_kept, grown.verified & proved_here])
         return self._finish(step, query, outcome, safe, started, stats,
                             reused=int(reused.sum()) if changed is None else 0, skipped=skipped,
                             recomputed=int(recompute.sum()), resplit=resplit, rebuilt=False)
@@ -560,9 +565,7 @@ class OnlineVerifier:
         """The step's result; ``safe`` (N,) marks the leaves shown safe for this step."""
         leaves = self._leaves
         dom_lower, dom_upper, active = leaf_domains(leaves.cell_lower, leaves.cell_upper, query.lower, query.upper)
-        # A verdict holds on the box it was checked on: a leaf whose checked box does not contain
-        # its part of X(t) is not safe, whatever the step that produced it believed.
-        safe = safe & leaves.verified & active & contains(leaves.checked_lower, leaves.checked_upper, dom_lower, dom_upper)
+        safe = safe & leaves.verified & active
         coverage = float(relative_volumes(dom_lower[safe], dom_upper[safe], query.lower, query.upper).sum())
         coverage = min(coverage, 1.0)
         counterexample = reason = None
