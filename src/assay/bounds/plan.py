@@ -23,19 +23,11 @@ from assay.bounds.rounding import gamma, unit_roundoff
 from assay.bounds.rules import registered_layers, rule_for
 from assay.bounds.stages import AddStage, AffineStage, MaxPoolStage, OperatorStage, ReluStage, SparseWeights, Stage
 from assay.errors import UnsupportedOperatorError
-from assay.nn.layers import Add, AvgPool2d, Conv2d, Flatten, Linear, MaxPool2d, ReLU, Reshape
 from assay.nn.network import Network
-from assay.nn.sparse import is_sparse_weight
 
 __all__ = ["Plan", "plan_for", "accumulate", "gamma", "unit_roundoff", "rounding_factor", "require_bound_rules",
            "has_bound_rule", "Stage", "AffineStage", "ReluStage", "AddStage", "MaxPoolStage", "OperatorStage",
            "SparseWeights"]
-
-# the ReLU-network layers the engine lowers to its own stages; any other layer (assay.nn.ops) is
-# bounded through its registered rule (assay.bounds.rules), and one without a rule ends a bound
-# method in one UnsupportedOperatorError naming it
-BOUND_RULE_LAYERS = (Linear, Conv2d, ReLU, AvgPool2d, MaxPool2d, Flatten, Reshape, Add)
-SUPPORTED = ", ".join(layer.__name__ for layer in BOUND_RULE_LAYERS)
 
 
 class Plan:
@@ -45,9 +37,15 @@ class Plan:
         self.network = network
         self.dtype = dtype
         self.stages: list[Stage] = []
+        # every layer becomes the stage its registered rule builds (assay.bounds.rules: the ReLU
+        # network's layers lower to the engine's own stage kinds, every other operator to an
+        # OperatorStage bounded by its rule); a layer without a rule ends a bound method in one
+        # UnsupportedOperatorError naming it
         for index, layer in enumerate(network.layers):
-            lower = _LOWERINGS.get(type(layer), _operator_stage)
-            self.stages.append(lower(network, index, layer, dtype))
+            rule = rule_for(layer)
+            if rule is None:
+                require_bound_rules(network)
+            self.stages.append(rule.stage(network, index, layer, dtype))
         self.relu_positions = [i for i, s in enumerate(self.stages) if s.splits_at_zero]
         # The tensors whose bounds a non-linear general operator reads: CROWN refines them before
         # they are relaxed, as it refines the ReLU inputs.
@@ -101,62 +99,6 @@ class Plan:
             )
 
 
-def _relu_stage(network: Network, index: int, layer, dtype) -> ReluStage:
-    reads = network.sources[index]
-    return ReluStage(index, network.shapes[reads[0]], reads)
-
-
-def _add_stage(network: Network, index: int, layer, dtype) -> AddStage:
-    return AddStage(index, network.shapes[index + 1], network.sources[index])
-
-
-def _maxpool_stage(network: Network, index: int, layer, dtype) -> MaxPoolStage:
-    reads = network.sources[index]
-    return MaxPoolStage(index, network.shapes[reads[0]], network.shapes[index + 1], layer.kernel_size, layer.stride,
-                        reads)
-
-
-def _linear_stage(network: Network, index: int, layer, dtype) -> AffineStage:
-    reads = network.sources[index]
-    weight, bias = network.parameters_as(index, dtype)
-    sparse = SparseWeights.of(weight) if is_sparse_weight(weight) else None
-    return AffineStage(index, "linear", network.shapes[reads[0]], network.shapes[index + 1], weight, bias, weight.abs(),
-                       None, max(weight.shape), True, reads, sparse=sparse)
-
-
-def _conv_stage(network: Network, index: int, layer, dtype) -> AffineStage:
-    """Conv2d, and AvgPool2d as the depthwise convolution it is."""
-    reads = network.sources[index]
-    in_shape = network.shapes[reads[0]]
-    conv = layer.as_conv(in_shape[0]) if isinstance(layer, AvgPool2d) else layer
-    weight, bias = conv.weight.to(dtype), conv.bias.to(dtype)
-    fan = max(weight.shape[1] * weight.shape[2] * weight.shape[3], weight.shape[0] * weight.shape[2] * weight.shape[3])
-    return AffineStage(index, "conv", in_shape, network.shapes[index + 1], weight, bias, weight.abs(), conv, fan,
-                       not conv.fixed, reads, _shared_groups(conv, weight))
-
-
-def _reshape_stage(network: Network, index: int, layer, dtype) -> AffineStage:
-    """Flatten and Reshape: a pure reshape (the output shape says which)."""
-    reads = network.sources[index]
-    return AffineStage(index, "flatten", network.shapes[reads[0]], network.shapes[index + 1], None, None, None, None, 1,
-                       False, reads)
-
-
-def _operator_stage(network: Network, index: int, layer, dtype) -> OperatorStage:
-    """A general operator (assay.nn.ops): bounded through its registered rule."""
-    rule = rule_for(layer)
-    if rule is None:
-        require_bound_rules(network)
-    reads = network.sources[index]
-    return OperatorStage(index, layer, rule, tuple(network.shapes[r] for r in reads), network.shapes[index + 1], reads)
-
-
-# How each ReLU-network layer is lowered to the engine's own stages; every other layer is an
-# OperatorStage bounded by its registered rule.
-_LOWERINGS = {ReLU: _relu_stage, Add: _add_stage, MaxPool2d: _maxpool_stage, Linear: _linear_stage,
-              Conv2d: _conv_stage, AvgPool2d: _conv_stage, Flatten: _reshape_stage, Reshape: _reshape_stage}
-
-
 def require_bound_rules(network: Network) -> None:
     """Raise the engine's one-line :class:`UnsupportedOperatorError` now if ``network`` has a layer
     without a bound rule (what building its :class:`Plan` would raise), for analyses that would
@@ -166,22 +108,13 @@ def require_bound_rules(network: Network) -> None:
             where = network.origins[index] if network.origins else network.source
             raise UnsupportedOperatorError(
                 f"{where}: bound propagation has no rule for operator '{type(layer).__name__}' (layer {index}); "
-                f"layers with bound rules: {SUPPORTED}, {', '.join(sorted(c.__name__ for c in registered_layers()))}"
+                f"layers with bound rules: {', '.join(c.__name__ for c in registered_layers())}"
             )
 
 
 def has_bound_rule(layer) -> bool:
-    """Whether the engine can bound ``layer`` (a ReLU-network layer, or an operator with a rule)."""
-    return isinstance(layer, BOUND_RULE_LAYERS) or rule_for(layer) is not None
-
-
-def _shared_groups(conv: Conv2d, weight: torch.Tensor) -> int:
-    """The number of groups of a fixed grouped convolution whose groups all use one kernel, else 0."""
-    groups = conv.groups
-    if not conv.fixed or groups == 1:
-        return 0
-    tiled = weight.reshape(groups, weight.shape[0] // groups, *weight.shape[1:])
-    return groups if bool((tiled == tiled[:1]).all()) else 0
+    """Whether the engine can bound ``layer`` (its operator has a registered rule)."""
+    return rule_for(layer) is not None
 
 
 def accumulate(pending: dict, tensor: int, values: tuple) -> None:
