@@ -67,12 +67,23 @@ class Plan:
         # a relaxation's intercepts) plus the additions of every stage's term.
         self.sum_terms = max(math.prod(shape) for shape in network.shapes) + 2 * len(self.stages) + 3
         self.affine_positions = [i for i, s in enumerate(self.stages) if s.perturbable]
+        # The first stage that relaxes each tensor: it says where the general split cuts it.
+        self._relaxed_by: dict[int, Stage] = {}
+        for stage in self.stages:
+            for source in stage.clamped:
+                self._relaxed_by.setdefault(source, stage)
         # The last stage that reads each tensor (forward walks free a tensor after it).
         self.last_use = {0: 0}
         for position, stage in enumerate(self.stages):
             for source in stage.sources:
                 self.last_use[source] = position
 
+
+    def split_point(self, tensor: int, lower: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:
+        """Where the general split cuts the intervals ``[lower, upper]`` of elements of ``tensor``
+        (a ReLU's or a non-linear operator's input): the first stage relaxing it says
+        (:meth:`~assay.bounds.stages.base.Stage.split_point`: 0 for a ReLU)."""
+        return self._relaxed_by[tensor].split_point(lower, upper)
 
     @property
     def has_nonlinear_operators(self) -> bool:

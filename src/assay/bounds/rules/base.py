@@ -39,6 +39,7 @@ import torch
 
 from assay.bounds.rounding import gamma
 from assay.bounds.stages import OperatorStage
+from assay.bounds.stages.base import kink_or_middle
 
 __all__ = ["LayerRule", "Relaxation", "Crossing", "ElementwiseRule", "LIBM_ULPS", "ulp_margin", "widen", "dot"]
 
@@ -120,6 +121,13 @@ class LayerRule:
         reads = network.sources[index]
         return OperatorStage(index, layer, self, tuple(network.shapes[r] for r in reads), network.shapes[index + 1],
                              reads)
+
+    def split_point(self, layer, lower: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:
+        """Where the general split (:mod:`assay.verify.operator_split`) cuts the intervals
+        ``[lower, upper]`` of the operator's input elements: at its kink 0 where the interval
+        straddles it, else the middle (:func:`~assay.bounds.stages.base.kink_or_middle`). An
+        operator whose shape changes elsewhere may say so here."""
+        return kink_or_middle(lower, upper)
 
 
 class ElementwiseRule(LayerRule):

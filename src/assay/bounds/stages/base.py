@@ -12,6 +12,8 @@ what kind it is:
 * :meth:`Stage.crown_step` — CROWN: carry the walk's coefficients on the output back to the
   sources, adding the relaxation's offset and the rounding owed into the walk;
 * :meth:`Stage.forward_step` — forward linear bounds: the output's linear functions;
+* :meth:`Stage.split_point` — the general split (:mod:`assay.verify.operator_split`): where
+  to cut the interval of an element the stage relaxes;
 * :meth:`Stage.backward_magnitude`, :meth:`Stage.forward_magnitude`, :meth:`Stage.linear_form`
   — the sensitivity and linear-region walks of :mod:`assay.bounds.walks` (affine stages, sums
   and the affine general operators; a ReLU's own part is the walk's, read by
@@ -25,7 +27,15 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import torch
+
 from assay.errors import UnsupportedOperatorError
+
+
+def kink_or_middle(lower: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:
+    """0 where ``[lower, upper]`` straddles it (where ReLU, sign, sigmoid and tanh change shape),
+    else the middle: the general split's point (see :meth:`Stage.split_point`)."""
+    return torch.where((lower < 0) & (upper > 0), torch.zeros_like(lower), lower / 2 + upper / 2)
 
 
 class Stage:
@@ -85,6 +95,13 @@ class Stage:
         """The output's :class:`~assay.bounds.linear_functions.LinearFunctions` in a forward pass
         (``state``: the pass, :class:`assay.bounds.forward.ForwardState`)."""
         raise UnsupportedOperatorError(f"forward linear bounds do not cross a {type(self).__name__} stage")
+
+    def split_point(self, lower: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:
+        """Where the general split cuts the intervals ``[lower, upper]`` of elements of a tensor
+        this stage relaxes (its :attr:`clamped` sources): :func:`kink_or_middle`. A ReLU is split
+        at 0, where its interval straddles it: ReLU splitting is the general split's case s = 0
+        (β-CROWN's search, :mod:`assay.verify.relu_split`, adds its multipliers)."""
+        return kink_or_middle(lower, upper)
 
     def backward_magnitude(self, G):
         """``|L|ᵀ G`` per source (a gradient's magnitude carried back through an affine stage)."""

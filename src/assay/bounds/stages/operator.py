@@ -52,6 +52,10 @@ class OperatorStage(Stage):
     def crown_step(self, walk, position: int, A: torch.Tensor) -> None:
         _cross_operator(walk, position, self, A)
 
+    def split_point(self, lower: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:
+        """Where its rule says to split (:meth:`~assay.bounds.rules.base.LayerRule.split_point`)."""
+        return self.rule.split_point(self.layer, lower, upper)
+
     def forward_step(self, state, position: int):
         """The rule says how its operator is crossed: an affine one maps both functions, an
         element-wise one relaxes them per element, any other starts from its output's interval."""
