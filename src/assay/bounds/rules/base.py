@@ -143,6 +143,12 @@ class ElementwiseRule(LayerRule):
     # y = f(z) element by element (forward linear bounds relax it per element; see
     # MultiInputRule, whose operators they cross by the output's interval)
     elementwise: ClassVar[bool] = True
+    # For the attack (assay.verify.attack_model): "surrogate" when the operator's gradient is zero
+    # almost everywhere and PGD must differentiate a smooth stand-in; "exact" otherwise.
+    attack_gradient: ClassVar[str] = "exact"
+    # True when the operator keeps the order of its inputs along its axis (y_i ≥ y_j iff
+    # x_i ≥ x_j), so that a comparison of two outputs can be read before it.
+    keeps_order: ClassVar[bool] = False
 
     def interval(self, layer, lower: torch.Tensor, upper: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
@@ -217,6 +223,12 @@ class MultiInputRule(LayerRule):
     parameters: ClassVar[int] = 0
     linear: ClassVar[bool] = False
     elementwise: ClassVar[bool] = False
+    # For the attack (assay.verify.attack_model): "surrogate" when the operator's gradient is zero
+    # almost everywhere and PGD must differentiate a smooth stand-in; "exact" otherwise.
+    attack_gradient: ClassVar[str] = "exact"
+    # True when the operator keeps the order of its inputs along its axis (y_i ≥ y_j iff
+    # x_i ≥ x_j), so that a comparison of two outputs can be read before it.
+    keeps_order: ClassVar[bool] = False
 
     def interval(self, layer, inputs) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError

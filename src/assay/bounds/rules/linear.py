@@ -61,6 +61,8 @@ class LinearRule(LayerRule):
     linear: ClassVar[bool] = True
     parameters: ClassVar[int] = 0
     moves_only: ClassVar[bool] = False  # only moves, copies or pads values: exact in floats
+    attack_gradient: ClassVar[str] = "exact"  # see ElementwiseRule
+    keeps_order: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ what subclasses vary
     def absolute(self, layer):
