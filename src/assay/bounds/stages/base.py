@@ -12,8 +12,9 @@ what kind it is:
 * :meth:`Stage.crown_step` — CROWN: carry the walk's coefficients on the output back to the
   sources, adding the relaxation's offset and the rounding owed into the walk;
 * :meth:`Stage.forward_step` — forward linear bounds: the output's linear functions;
-* :meth:`Stage.split_point` — the general split (:mod:`assay.verify.operator_split`): where
-  to cut the interval of an element the stage relaxes;
+* :meth:`Stage.split_point`, :meth:`Stage.relaxation_lines` — the general split
+  (:mod:`assay.verify.operator_split`): where to cut the interval of an element the stage
+  relaxes, and the lines its branching scores weigh;
 * :meth:`Stage.backward_magnitude`, :meth:`Stage.forward_magnitude`, :meth:`Stage.linear_form`
   — the sensitivity and linear-region walks of :mod:`assay.bounds.walks` (affine stages, sums
   and the affine general operators; a ReLU's own part is the walk's, read by
@@ -102,6 +103,12 @@ class Stage:
         at 0, where its interval straddles it: ReLU splitting is the general split's case s = 0
         (β-CROWN's search, :mod:`assay.verify.relu_split`, adds its multipliers)."""
         return kink_or_middle(lower, upper)
+
+    def relaxation_lines(self, lower: torch.Tensor, upper: torch.Tensor):
+        """(lower slope, lower intercept, upper slope, upper intercept) of the stage's relaxation
+        of one input over ``[lower, upper]`` (the general split's branching scores read their
+        widest gap); None where it has no lines per input (an operator of several inputs)."""
+        return None
 
     def backward_magnitude(self, G):
         """``|L|ᵀ G`` per source (a gradient's magnitude carried back through an affine stage)."""

@@ -56,6 +56,14 @@ class OperatorStage(Stage):
         """Where its rule says to split (:meth:`~assay.bounds.rules.base.LayerRule.split_point`)."""
         return self.rule.split_point(self.layer, lower, upper)
 
+    def relaxation_lines(self, lower: torch.Tensor, upper: torch.Tensor):
+        """An element-wise rule's relaxation (its default choice)."""
+        relax = getattr(self.rule, "relax", None)  # element-wise rules relax; multi-input rules cross whole
+        if relax is None:
+            return None
+        r = relax(self.layer, lower, upper)
+        return r.lower_slope, r.lower_intercept, r.upper_slope, r.upper_intercept
+
     def forward_step(self, state, position: int):
         """The rule says how its operator is crossed: an affine one maps both functions, an
         element-wise one relaxes them per element, any other starts from its output's interval."""

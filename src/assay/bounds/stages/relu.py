@@ -54,6 +54,11 @@ class ReluStage(Stage):
             return f
         return _relu(f, lower, upper, state.input_magnitude)
 
+    def relaxation_lines(self, lower: torch.Tensor, upper: torch.Tensor):
+        """CROWN's triangle."""
+        r = relax_relu(lower, upper)
+        return r.lower_slope, torch.zeros_like(lower), r.upper_slope, r.upper_intercept
+
     def backward_magnitude(self, G: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """All of the gradient passes (the walk masks off the neurons it knows inactive)."""
         return (G,)
