@@ -92,6 +92,11 @@ class Stage:
         to the sources (``walk.send``), adds the offset into ``walk.b`` and the rounding owed."""
         raise NotImplementedError
 
+    def rounding_scale(self, bounds):
+        """A :attr:`weighted` stage's factor of CROWN's rounding term for ``bounds`` (|W|·m of its
+        input, see :func:`assay.bounds.crown.rounding_scales`)."""
+        raise NotImplementedError
+
     def forward_step(self, state, position: int):
         """The output's :class:`~assay.bounds.linear_functions.LinearFunctions` in a forward pass
         (``state``: the pass, :class:`assay.bounds.forward.ForwardState`)."""
