@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import assay.bounds.plan as plan_module
+import assay.nn.sparse as sparse_module
 from assay.bounds import compute_bounds, plan_for
 from assay.nn import Linear, Network, ReLU
 from assay.nn.sparse import SPARSE_MAX_DENSITY, SPARSE_MIN_WEIGHTS, SparseLinear, is_sparse_weight
@@ -97,7 +97,7 @@ def test_sparse_and_dense_layers_give_the_same_sound_bounds(monkeypatch, dtype, 
     kwargs = dict(method=method, dtype=dtype, intermediate_method=intermediate_method)
     fast = compute_bounds(network, (lower, upper), **kwargs)
     assert any(getattr(s, "sparse", None) is not None for s in plan_for(network, getattr(torch, dtype)).stages)
-    monkeypatch.setattr(plan_module, "is_sparse_weight", lambda weight: False)
+    monkeypatch.setattr(sparse_module, "is_sparse_weight", lambda weight: False)
     slow = compute_bounds(dense, (lower, upper), **kwargs)
     assert all(getattr(s, "sparse", None) is None for s in plan_for(dense, getattr(torch, dtype)).stages)
     # Only the order of the (nonzero) terms differs: bounds agree up to a few roundings.

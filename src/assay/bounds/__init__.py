@@ -5,7 +5,8 @@ walks use the public functions exported here, never the modules' private names:
 
 * the methods: :data:`METHODS`, the registry of :class:`BoundMethod` (name, options, ReLU
   relaxation), which every method list of assay reads;
-* the lowered network: :func:`plan_for` → :class:`Plan` (affine and ReLU stages);
+* the lowered network: :func:`plan_for` → :class:`Plan` (its stages, :mod:`assay.bounds.stages`,
+  each built by its layer's registered rule, :mod:`assay.bounds.rules`);
 * the steps: :func:`interval_pass` (IBP), :func:`relax_relu`, :func:`backsubstitute` and
   :func:`concretize` (CROWN), :func:`optimize_bounds` (α/β-CROWN);
 * the shared walks (:mod:`assay.bounds.walks`): :func:`gradient_bounds`, :func:`lipschitz_bounds`,

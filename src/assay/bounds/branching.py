@@ -26,7 +26,6 @@ from assay.bounds.coefficient_walk import batched_rows
 from assay.bounds.crown import backsubstitute
 from assay.bounds.ibp import interval_pass
 from assay.bounds.plan import plan_for
-from assay.bounds.relaxation import relax_relu
 from assay.bounds.result import IntermediateBounds
 from assay.nn.network import Network
 
@@ -96,7 +95,7 @@ def split_candidates(network: Network, lower: torch.Tensor, upper: torch.Tensor,
         def observe(position, A):
             stage = plan.stages[position]
             weight = A.abs().sum(1).reshape(batch, -1)  # Σ_rows |Λ| per output element
-            lines = _relaxation_lines(stage, *bounds[stage.sources[0]])
+            lines = stage.relaxation_lines(*bounds[stage.sources[0]])
             if lines is not None:  # one input, lines of its own: weight × the lines' widest gap
                 source = stage.sources[0]
                 if source in scores:
@@ -116,21 +115,6 @@ def split_candidates(network: Network, lower: torch.Tensor, upper: torch.Tensor,
         ordered, tuple(scores[t].nan_to_num(nan=0.0, posinf=0.0) for t in ordered),
         tuple(bounds[t][0].reshape(batch, -1) for t in ordered), tuple(bounds[t][1].reshape(batch, -1) for t in ordered),
     )
-
-
-def _relaxation_lines(stage, low, high):
-    """(lower slope, lower intercept, upper slope, upper intercept) of a ReLU stage (CROWN's
-    triangle) or an element-wise operator's rule over ``[low, high]``; None for an operator of
-    several inputs (no lines per input)."""
-    rule = getattr(stage, "rule", None)
-    if rule is None:  # a ReLU stage
-        r = relax_relu(low, high)
-        return r.lower_slope, torch.zeros_like(low), r.upper_slope, r.upper_intercept
-    relax = getattr(rule, "relax", None)  # element-wise rules relax; multi-input rules cross whole
-    if relax is None:
-        return None
-    r = relax(stage.layer, low, high)
-    return r.lower_slope, r.lower_intercept, r.upper_slope, r.upper_intercept
 
 
 def _widest_gap(low, high, lower_slope, lower_intercept, upper_slope, upper_intercept) -> torch.Tensor:

@@ -45,19 +45,9 @@ from dataclasses import dataclass
 
 import torch
 
-from assay.bounds.ibp import perturbation_radius
-from assay.bounds.plan import (
-    AddStage,
-    AffineStage,
-    MaxPoolStage,
-    OperatorStage,
-    Plan,
-    ReluStage,
-    accumulate,
-    gamma,
-    unit_roundoff,
-)
-from assay.bounds.relaxation import MaxPoolRelaxation, ReluRelaxation, relax_maxpool, relax_relu
+from assay.bounds.plan import Plan, accumulate, gamma, unit_roundoff
+from assay.bounds.relaxation import ReluRelaxation, relax_relu
+from assay.bounds.rounding import capped_magnitude as _magnitude
 
 
 @dataclass(eq=False)
@@ -82,28 +72,6 @@ def _dot(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 def _abs_dot(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """``|A|·v`` for a rounding term: no gradient (the optimised methods only need the bound's)."""
     return _dot(A.detach().abs(), v)
-
-
-def _magnitude(lower: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:
-    """max(|l|, |u|), capped at the dtype's largest float so that a zero coefficient times it
-    stays zero (an unbounded element with a nonzero coefficient still makes the bound −inf)."""
-    big = torch.finfo(lower.dtype).max
-    return torch.maximum(lower.abs(), upper.abs()).nan_to_num(nan=big, posinf=big)
-
-
-def _affine_scale(stage, bounds) -> torch.Tensor:
-    """(1, *out_shape): |W|·m_z for the stage's input z, with m_z the largest magnitude over the
-    batch (one batch-1 pass instead of one per domain; a larger m only loosens the term)."""
-    m = _magnitude(*bounds[stage.sources[0]]).amax(0, keepdim=True)
-    big = torch.finfo(m.dtype).max
-    return stage.forward_abs(m).nan_to_num(nan=big, posinf=big)
-
-
-def _bias_magnitudes(stage) -> torch.Tensor:
-    """(1, *out_shape): |bias| of each output element (a convolution's per channel, spread)."""
-    bias = stage.bias.abs()
-    shape = (1, bias.shape[0]) + (1,) * (len(stage.out_shape) - 1)
-    return bias.reshape(shape).expand(1, *stage.out_shape)
 
 
 def backsubstitute(
@@ -190,8 +158,7 @@ def backsubstitute(
         if position + 1 not in walk.pending:
             continue  # the stage's output does not reach the target
         (A,) = walk.pending.pop(position + 1)
-        stage = plan.stages[position]
-        _CROSS[type(stage)](walk, position, stage, A)
+        plan.stages[position].crown_step(walk, position, A)
     (A,) = walk.pending.pop(stop)
     if walk.pending:  # a cut must be crossed by every path (see Cut): nothing else may be waiting
         raise ValueError(f"backsubstitute: tensor {stop} is not a cut of the walk from {target}")
@@ -268,170 +235,18 @@ class _Walk:
             vector = own if vector is None else vector + own
         return self.error if vector is None else self.error + self.abs_dot(tensor, A, vector)
 
-
-def _cross_add(walk: _Walk, position: int, stage: AddStage, A: torch.Tensor) -> None:
-    if walk.rounding:
-        walk.error = walk.settle(position + 1, A, None)
-    for source in stage.sources:
-        walk.send(source, A)
-
-
-def _cross_maxpool(walk: _Walk, position: int, stage: MaxPoolStage, A: torch.Tensor) -> None:
-    _ungrouped(walk, stage)
-    bounds, u = walk.bounds, walk.u
-    relaxation = relax_maxpool(*bounds[stage.sources[0]], stage.kernel, stage.stride)
-    if walk.rounding:  # the window maxima's terms added into b
-        walk.error = walk.settle(position + 1, A, walk.gamma_b * relaxation.upper.abs())
-    A, constant = _maxpool_backward(stage, A, relaxation)
-    walk.b = walk.b + constant
-    if walk.rounding and stage.overlap > 1:  # overlapping windows sum coefficients per element
-        walk.charge(stage.sources[0], 2 * (stage.overlap - 1) * u * _magnitude(*bounds[stage.sources[0]]))
-    walk.send(stage.sources[0], A)
-
-
-def _cross_operator(walk: _Walk, position: int, stage: OperatorStage, A: torch.Tensor) -> None:
-    """A general operator: its rule crosses it (coefficients per source, an offset, its rounding)."""
-    _ungrouped(walk, stage)
-    if walk.observe_outputs is not None and stage.nonlinear:
-        walk.observe_outputs(position, A)
-    crossing = stage.cross(A, walk.bounds, walk.operator_alphas.get(position))
-    if walk.rounding:
-        walk.error = (walk.settle(position + 1, A, None) + crossing.rounding
-                      + walk.gamma_b * crossing.offset.detach().abs())
-    walk.b = walk.b + crossing.offset
-    for source, coefficients in zip(stage.sources, crossing.coefficients):
-        walk.send(source, coefficients)
-
-
-def _cross_relu(walk: _Walk, position: int, stage: ReluStage, A: torch.Tensor) -> None:
-    bounds, u = walk.bounds, walk.u
-    if walk.observe_outputs is not None:
-        walk.observe_outputs(position, A)
-    if position in walk.forks:
-        A, walk.b, walk.error, fix = _fork(walk.pending, A, walk.b, walk.error, walk.spec_rows, *walk.forks[position])
-        walk.fixed[position] = fix
-    relaxation = walk.relaxations.get(position) or walk.relax(*bounds[position])
-    if walk.rounding:  # the intercepts' terms added into b (charged on |A| ≥ |A⁻|)
-        walk.error = walk.settle(position + 1, A, walk.gamma_b64 * relaxation.upper_intercept.abs())
-    lower_slope = relaxation.lower_slope.unsqueeze(1)
-    if position in walk.slopes:
-        lower_slope = torch.where(relaxation.unstable.unsqueeze(1), walk.slopes[position], lower_slope)
-    walk.b = walk.b + walk.exact_dot(position + 1, A.clamp(max=0), relaxation.upper_intercept)
-    crossed = A * torch.where(A >= 0, lower_slope, relaxation.upper_slope.unsqueeze(1))
-    if position in walk.fixed:
-        crossed, walk.b = _fix_neurons(A, crossed, walk.b, relaxation, *walk.fixed[position])
-    A = crossed
-    if walk.observe is not None:
-        walk.observe(position, A)
-    if walk.rounding:
-        magnitude = _magnitude(*bounds[position])
-        if position in walk.betas:  # the product rounds before β is added: charge it now
-            walk.error = walk.error + 2 * u * walk.abs_dot(position, A, magnitude)
-        walk.charge(position, 2 * u * magnitude)
-    if position in walk.betas:
-        A = A + walk.betas[position]
-    walk.send(stage.sources[0], A)
-
-
-def _cross_affine(walk: _Walk, position: int, stage: AffineStage, A: torch.Tensor) -> None:
-    plan = walk.plan
-    delta = walk.deltas.get(position, 0.0)
-    if delta > 0:
-        # the radius is itself a rounded sum: widen it by that sum's relative error
-        noise = perturbation_radius(stage, *walk.bounds[stage.sources[0]], delta) * (1 + gamma(stage.fan + 2, plan.dtype))
-        term = walk.abs_dot(position + 1, A, noise)
-        walk.b = walk.b - term
-        walk.error = walk.error + walk.gamma_b * term
-    if walk.rounding:
-        # fan products per entry, plus the weights' own rounding into the working dtype;
-        # the bias's terms added into b
-        own = gamma(stage.fan + 2, plan.dtype) * walk.scales[position] if position in walk.scales else None
-        if stage.bias is not None:
-            bias = walk.gamma_b64 * _bias_magnitudes(stage)
-            own = bias if own is None else own + bias
-        walk.error = walk.settle(position + 1, A, own)
-    if stage.bias is not None and walk.reduce is not None:
-        walk.b = walk.b + walk.exact_dot(position + 1, A, stage.bias.view(1, -1, *([1] * (len(stage.out_shape) - 1))))
-    elif stage.bias is not None:
-        walk.b = walk.b + stage.bias_term(A.to(torch.float64), stage.bias.to(torch.float64))
-    walk.send(stage.sources[0], stage.backward(A))
-
-
-def _ungrouped(walk: _Walk, stage) -> None:
-    if walk.reduce is not None:
-        raise ValueError(f"backsubstitute: grouped rows (reduce) do not cross a {type(stage).__name__} stage")
-
-
-# CROWN's backward rule of each kind of stage: (walk, position, stage, coefficients on its output).
-_CROSS = {
-    AffineStage: _cross_affine,
-    ReluStage: _cross_relu,
-    AddStage: _cross_add,
-    MaxPoolStage: _cross_maxpool,
-    OperatorStage: _cross_operator,
-}
-
-
-def _fork(pending: dict, A, b, error, spec_rows: int, index: torch.Tensor, slope: torch.Tensor):
-    """The walk with ``index.shape[1]`` copies of its first ``spec_rows`` rows appended (to A,
-    b, error and every pending tensor's coefficients), and the ``fixed`` entry that makes copy c
-    fix neuron ``index[:, c]`` (the walk's older rows fix none)."""
-    copies = index.shape[1]
-
-    def grow(t: torch.Tensor) -> torch.Tensor:
-        repeat = [1] * t.dim()
-        repeat[1] = copies
-        return torch.cat([t, t[:, :spec_rows].repeat(*repeat)], 1)
-
-    for tensor, values in list(pending.items()):
-        pending[tensor] = tuple(grow(v) for v in values)
-    older = A.shape[1]
-    none = torch.full((index.shape[0], older), -1, dtype=index.dtype)
-    fix_index = torch.cat([none, index.repeat_interleave(spec_rows, 1)], 1)
-    fix_slope = torch.cat([torch.zeros(none.shape, dtype=slope.dtype), slope.repeat_interleave(spec_rows, 1)], 1)
-    return grow(A), grow(b), grow(error), (fix_index, fix_slope)
-
-
-def _fix_neurons(A, crossed, b, relaxation: ReluRelaxation, index: torch.Tensor, slope: torch.Tensor):
-    """``crossed`` and ``b`` with each row's neuron ``index`` (B, S) (−1: none) crossed as a
-    stable ReLU of ``slope`` (B, S) instead of by its relaxation: coefficient A·slope, and the
-    intercept that the relaxation added into ``b`` taken out again."""
-    batch, rows = A.shape[:2]
-    present = index >= 0
-    where = index.clamp(min=0).unsqueeze(-1)  # (B, S, 1)
-    before = A.reshape(batch, rows, -1).gather(2, where).squeeze(-1)
-    intercept = relaxation.upper_intercept.reshape(relaxation.upper_intercept.shape[0], -1)
-    intercept = intercept.expand(batch, -1).gather(1, index.clamp(min=0))
-    b = b - torch.where(present, before.clamp(max=0) * intercept, torch.zeros_like(b))
-    flat = crossed.reshape(batch, rows, -1)
-    kept = flat.gather(2, where).squeeze(-1)
-    value = torch.where(present, before * slope.to(before.dtype), kept)
-    return flat.scatter(2, where, value.unsqueeze(-1)).reshape(crossed.shape), b
-
-
-def _maxpool_backward(stage: MaxPoolStage, A: torch.Tensor, relaxation: MaxPoolRelaxation):
-    """Cross a max-pooling stage: coefficients (B, S, C, out_h, out_w) on its output become
-    coefficients (B, S, *in_shape) on its input, plus a constant (B, S) for b.
-
-    A window with coefficient a ≥ 0 needs a lower bound of its max: a·y ≥ a·x_i. One with a < 0
-    needs an upper bound: a·y = a·x_i where i dominates, else a·y ≥ a·max_j u_j (a constant).
-    """
-    batch, rows = A.shape[:2]
-    through = (A >= 0) | relaxation.dominant.unsqueeze(1)
-    constant = torch.where(through, torch.zeros_like(A), A * relaxation.upper.unsqueeze(1))
-    channels, height, width = stage.in_shape
-    index = relaxation.index.unsqueeze(1).expand(batch, rows, *relaxation.index.shape[1:])
-    coefficients = torch.where(through, A, torch.zeros_like(A)).reshape(batch, rows, channels, -1)
-    moved = A.new_zeros(batch, rows, channels, height * width).scatter_add(3, index.reshape(batch, rows, channels, -1),
-                                                                          coefficients)
-    return moved.reshape(batch, rows, *stage.in_shape), constant.flatten(2).sum(2)
+    def require_ungrouped(self, stage) -> None:
+        """Grouped rows (``reduce``) cross convolutions, ReLUs and additions only."""
+        if self.reduce is not None:
+            raise ValueError(f"backsubstitute: grouped rows (reduce) do not cross a {type(stage).__name__} stage")
 
 
 def rounding_scales(plan: Plan, target: int, bounds) -> dict[int, torch.Tensor]:
-    """Per affine stage with weights before ``target``: :func:`_affine_scale` (|W|·m of its input),
-    the factor its rounding term multiplies |A| by. Depends on the bounds, not on the rows."""
-    return {position: _affine_scale(stage, bounds) for position, stage in enumerate(plan.stages[:target])
-            if isinstance(stage, AffineStage) and stage.weight is not None}
+    """Per affine stage with weights before ``target``: its
+    :meth:`~assay.bounds.stages.AffineStage.rounding_scale` (|W|·m of its input), the factor its
+    rounding term multiplies |A| by. Depends on the bounds, not on the rows."""
+    return {position: stage.rounding_scale(bounds) for position, stage in enumerate(plan.stages[:target])
+            if stage.weighted}
 
 
 def concretize(plan: Plan, back: Backward, center: torch.Tensor, radius: torch.Tensor,

@@ -42,8 +42,9 @@ from dataclasses import dataclass
 import torch
 
 from assay.bounds.forward_columns import ColumnMap, Grouping, regroup, spacing_for, tensor_windows
-from assay.bounds.plan import AddStage, AffineStage, OperatorStage, Plan, ReluStage, gamma, unit_roundoff
-from assay.bounds.relaxation import relax_relu
+from assay.bounds.linear_functions import LinearFunctions as _LinearFunctions
+from assay.bounds.linear_functions import contract as _contract
+from assay.bounds.plan import Plan, gamma, unit_roundoff
 
 # Above this many input elements the coefficient tensors (B, inputs, *shape) get too large.
 MAX_FORWARD_INPUTS = 256
@@ -52,248 +53,6 @@ MAX_FORWARD_INPUTS = 256
 # per side and domain) within this many elements: about 1 GiB in float64; a pass holds about
 # eight such tensors at once.
 MAX_FORWARD_COEFFICIENTS = 1 << 27
-
-
-def _contract(a: torch.Tensor, v: torch.Tensor, columns=None) -> torch.Tensor:
-    """``Σ_j a[:, j, …] · v[:, j]``: coefficients (B, n, *shape) against a vector (B, n) per domain,
-    giving (B, *shape), as one batched matrix product. Each entry is a sum of n products, as in the
-    element-wise form it replaces, so the same rounding bounds (any order, Higham §3.1) cover it;
-    with few inputs it is far faster than reducing the small input dimension of a large tensor.
-    With ``columns`` (a :class:`~assay.bounds.forward_columns.ColumnMap`), ``a`` holds grouped
-    columns (B, G, *shape) and the contraction reads each group's member (same products)."""
-    if columns is not None:
-        return columns.contract(a, v)
-    batch, n = a.shape[:2]
-    return torch.bmm(v.unsqueeze(1), a.reshape(batch, n, -1)).reshape(batch, *a.shape[2:])
-
-
-class _LinearFunctions:
-    """Coefficients (B, n_in, *shape), constants (B, *shape) and error budgets of both sides;
-    with ``columns`` (a :class:`~assay.bounds.forward_columns.ColumnMap`) the coefficients are
-    grouped columns (B, G, *shape) instead (see :mod:`assay.bounds.forward_columns`)."""
-
-    def __init__(self, a_lo, c_lo, e_lo, a_hi, c_hi, e_hi, columns=None):
-        self.a_lo, self.c_lo, self.e_lo = a_lo, c_lo, e_lo
-        self.a_hi, self.c_hi, self.e_hi = a_hi, c_hi, e_hi
-        self.columns = columns
-
-    @property
-    def shared(self) -> bool:
-        """Both sides have the same coefficient tensor (one object): maps compute it once."""
-        return self.a_lo is self.a_hi
-
-    def magnitude(self, input_magnitude: torch.Tensor, absolute: torch.Tensor | None = None) -> torch.Tensor:
-        """≥ |a·x| + |c| of both sides over the domain: (B, *shape). ``absolute``: ``|a|`` of a
-        shared coefficient tensor if the caller has it. Remembered for the same tensors (the
-        stage that reads a ReLU's input asks again after its concretisation did)."""
-        key = (input_magnitude, self.a_lo, self.a_hi, self.c_lo, self.c_hi)
-        memo = getattr(self, "_magnitude", None)
-        if memo is not None and all(x is y for x, y in zip(memo[0], key)):
-            return memo[1]
-        if absolute is None:
-            absolute = self.a_lo.abs() if self.shared else torch.maximum(self.a_lo.abs(), self.a_hi.abs())
-        value = _contract(absolute, input_magnitude, self.columns) + torch.maximum(self.c_lo.abs(), self.c_hi.abs())
-        self._magnitude = (key, value)
-        return value
-
-    def padded(self, n: int) -> _LinearFunctions:
-        """The same functions over ``n`` columns: zero coefficients on the columns added after
-        the present ones (error symbols introduced downstream of this tensor)."""
-        extra = n - self.a_lo.shape[1]
-        if extra <= 0:
-            return self
-        pad = lambda a: torch.cat([a, a.new_zeros(a.shape[0], extra, *a.shape[2:])], 1)  # noqa: E731
-        a_lo = pad(self.a_lo)
-        a_hi = a_lo if self.shared else pad(self.a_hi)
-        return _LinearFunctions(a_lo, self.c_lo, self.e_lo, a_hi, self.c_hi, self.e_hi, self.columns)
-
-
-def _apply(stage: AffineStage, tensor: torch.Tensor, weight, bias=None) -> torch.Tensor:
-    """The stage's map on a tensor whose leading dims (B, k) are both batch dims."""
-    lead = tensor.shape[:2]
-    flat = tensor.reshape(lead[0] * lead[1], *stage.in_shape)
-    return stage.forward(flat, weight, bias).reshape(*lead, *stage.out_shape)
-
-
-def _affine(stage: AffineStage, f: _LinearFunctions, input_magnitude) -> _LinearFunctions:
-    if stage.kind == "flatten":
-        reshape = lambda t, lead: t.reshape(*t.shape[:lead], *stage.out_shape)  # noqa: E731
-        a_lo = reshape(f.a_lo, 2)
-        return _LinearFunctions(a_lo, reshape(f.c_lo, 1), reshape(f.e_lo, 1),
-                                a_lo if f.shared else reshape(f.a_hi, 2), reshape(f.c_hi, 1), reshape(f.e_hi, 1))
-    positive, negative = stage.signed_weights()
-    u = unit_roundoff(f.c_lo.dtype)
-    gamma = 2.0 * (2 * stage.fan + 4) * u
-    if f.shared:  # W⁺a + W⁻a = W a: one map (a sum of fan products, within the same rounding bound)
-        a_lo = a_hi = _apply(stage, f.a_lo, None)
-    else:
-        a_lo = _apply(stage, f.a_lo, positive) + _apply(stage, f.a_hi, negative)
-        a_hi = _apply(stage, f.a_hi, positive) + _apply(stage, f.a_lo, negative)
-    c_lo = stage.forward(f.c_lo, positive, stage.bias) + stage.forward(f.c_hi, negative)
-    c_hi = stage.forward(f.c_hi, positive, stage.bias) + stage.forward(f.c_lo, negative)
-    # Errors: the inherited budgets through |W|, plus this step's rounding of coefficients and
-    # constants (each entry is a sum of at most 2·fan products) over the domain.
-    absolute = stage.abs_weight if stage.sparse is None else stage.sparse.abs_weight
-    rounding = gamma * (stage.forward(f.magnitude(input_magnitude), absolute, stage.bias.abs()))
-    e_lo = (stage.forward(f.e_lo, positive) - stage.forward(f.e_hi, negative)) * (1 + gamma) + rounding
-    e_hi = (stage.forward(f.e_hi, positive) - stage.forward(f.e_lo, negative)) * (1 + gamma) + rounding
-    return _LinearFunctions(a_lo, c_lo, e_lo, a_hi, c_hi, e_hi)
-
-
-def _relu(f: _LinearFunctions, lower, upper, input_magnitude) -> _LinearFunctions:
-    relax = relax_relu(lower, upper)
-    # Lower side: slope 0 or 1 (CROWN's adaptive choice), exact in floating point.
-    keep = relax.lower_slope
-    # Upper side: s·(upper function) + t with s ≥ 0; rounding of the products is budgeted.
-    slope, intercept = relax.upper_slope, relax.upper_intercept
-    u = unit_roundoff(lower.dtype)
-    expand = lambda t: t.unsqueeze(1)  # noqa: E731
-    a_hi = f.a_hi * expand(slope)
-    c_hi = f.c_hi * slope + intercept
-    coeff_mag = _contract(f.a_hi.abs(), input_magnitude, f.columns)
-    e_hi = f.e_hi * slope * (1 + 2 * u) + 4 * u * (slope * (coeff_mag + f.c_hi.abs()) + intercept.abs())
-    return _LinearFunctions(f.a_lo * expand(keep), f.c_lo * keep, f.e_lo * keep, a_hi, c_hi, e_hi)
-
-
-def _relu_symbols(f: _LinearFunctions, lower, upper, input_magnitude) -> _LinearFunctions:
-    """Both functions through a ReLU by a parallel relaxation with one new error symbol per
-    unstable neuron (DeepZ's zonotope step), appended as columns after ``f``'s.
-
-    With ``λ = u/(u − l)`` (0 or 1 where the neuron is stable) and ``m ≥ max(−λ l, (1 − λ) u)``,
-    ``relu(z) − λ z`` lies in ``[0, m]`` for every ``z`` in ``[l, u]`` (it is piecewise linear
-    with values ``−λ l``, 0 and ``(1 − λ) u`` at ``l``, 0 and ``u``, any ``λ`` in [0, 1]). So
-    ``relu(z) = λ z + m/2 + (m/2) ε`` for ``ε = (relu(z) − λ z − m/2)/(m/2)`` in [−1, 1], a value
-    fixed by the input: the new column carries ``m/2`` on its neuron and the symbol ε, a new
-    input of centre 0 and radius 1, is shared by every later tensor. Each later bound then
-    holds for every input ``x`` at the symbols' values for ``x``, so minimising over the box and
-    over ``ε`` in [−1, 1]ᵏ is sound, and the symbols keep the correlation a per-neuron
-    relaxation loses (an error of one neuron can cancel itself downstream). ``m`` is rounded
-    upwards; the products ``λ·a`` are budgeted as in :func:`_relu`.
-
-    Returns the functions (B, n + k, *shape), k the most unstable neurons of a domain (a domain
-    with fewer has zero columns for the rest).
-    """
-    batch = lower.shape[0]
-    u = unit_roundoff(lower.dtype)
-    unstable = (lower < 0) & (upper > 0)
-    slope = torch.where(upper <= 0, torch.zeros_like(lower), torch.ones_like(lower))
-    slope = torch.where(unstable, upper / (upper - lower), slope).clamp(0.0, 1.0)
-    gap = torch.maximum(-slope * lower, (1 - slope) * upper) * (1 + 4 * u)
-    half = torch.where(unstable, gap / 2, torch.zeros_like(gap))
-    expand = lambda t: t.unsqueeze(1)  # noqa: E731
-    a_lo = f.a_lo * expand(slope)
-    a_hi = a_lo if f.shared else f.a_hi * expand(slope)
-    magnitude = f.magnitude(input_magnitude)
-    budget = lambda e: e * slope * (1 + 2 * u) + 4 * u * (slope * magnitude + half)  # noqa: E731
-    flat = unstable.reshape(batch, -1)
-    k = int(flat.sum(1).max()) if batch else 0
-    if k:
-        order = torch.sort(flat.to(torch.int8), dim=1, descending=True, stable=True).indices[:, :k]
-        valid = torch.gather(flat, 1, order)
-        columns = lower.new_zeros(batch, k, flat.shape[1])
-        values = torch.gather(half.reshape(batch, -1), 1, order) * valid
-        columns.scatter_(2, order.unsqueeze(-1), values.unsqueeze(-1))
-        columns = columns.reshape(batch, k, *lower.shape[1:])
-        a_lo = torch.cat([a_lo, columns], 1)
-        a_hi = a_lo if f.shared else torch.cat([a_hi, columns], 1)
-    return _LinearFunctions(a_lo, f.c_lo * slope + half, budget(f.e_lo), a_hi, f.c_hi * slope + half, budget(f.e_hi))
-
-
-def _add(f: _LinearFunctions, g: _LinearFunctions, input_magnitude) -> _LinearFunctions:
-    """The sum of two tensors' linear functions (a residual connection).
-
-    The computed coefficient and constant sums are each within u·|sum| of the exact ones, so the
-    budgets grow by 4u times both magnitudes (generous for the budgets' own rounding).
-    """
-    u = unit_roundoff(f.c_lo.dtype)
-    rounding = 4 * u * (f.magnitude(input_magnitude) + g.magnitude(input_magnitude))
-    a_lo = f.a_lo + g.a_lo
-    a_hi = a_lo if f.shared and g.shared else f.a_hi + g.a_hi
-    return _LinearFunctions(a_lo, f.c_lo + g.c_lo, (f.e_lo + g.e_lo) * (1 + 4 * u) + rounding,
-                            a_hi, f.c_hi + g.c_hi, (f.e_hi + g.e_hi) * (1 + 4 * u) + rounding)
-
-
-def _constant(low: torch.Tensor, high: torch.Tensor, n: int) -> _LinearFunctions:
-    """Constant functions ``low ≤ z ≤ high`` (no coefficient on the input): (B, *shape) bounds."""
-    zeros = torch.zeros(low.shape[0], n, *low.shape[1:], dtype=low.dtype)
-    nothing = torch.zeros_like(low)
-    return _LinearFunctions(zeros, low, nothing, zeros, high, nothing)
-
-
-def _linear_operator(stage: OperatorStage, sources: list[_LinearFunctions], input_magnitude) -> _LinearFunctions:
-    """Both functions through an affine general operator ``y = L(z_1, …) + c`` (its rule's map).
-
-    With ``m``/``w`` the midpoint and half-difference of a source's two functions, ``L m − |L| w``
-    equals ``L⁺ lower + L⁻ upper`` exactly: the lower function of y (and ``L m + |L| w`` the
-    upper). Operators that only move values (:attr:`LinearRule.moves_only`) map each function as
-    it is and round nothing. Rounding otherwise: every entry is a sum of at most ``fan``
-    products, and subtracting the constant ``c`` (``L`` is ``forward − forward(0)``) rounds by
-    u·|c| in each of the n coefficients, so the budgets grow by γ·(|L| magnitudes + |c|·(2 + Σ|x|)).
-    """
-    layer, rule = stage.layer, stage.rule
-    batch, n = sources[0].a_lo.shape[:2]
-    dtype = sources[0].c_lo.dtype
-    constant = layer.forward(*[torch.zeros(1, *shape, dtype=dtype) for shape in stage.in_shapes])
-    flat = lambda t: t.reshape(batch * n, *t.shape[2:])  # noqa: E731
-    lead = lambda t: t.reshape(batch, n, *t.shape[1:])  # noqa: E731
-
-    def coefficients(*tensors):  # L applied to coefficient tensors (B, n, *shape_k): no constant
-        return lead(layer.forward(*[flat(t) for t in tensors]) - constant)
-
-    if rule.moves_only:  # every output is one input or a constant: exact in floats
-        a_lo = coefficients(*[f.a_lo for f in sources])
-        return _LinearFunctions(
-            a_lo, layer.forward(*[f.c_lo for f in sources]),
-            layer.forward(*[f.e_lo for f in sources]) - constant,
-            a_lo if all(f.shared for f in sources) else coefficients(*[f.a_hi for f in sources]),
-            layer.forward(*[f.c_hi for f in sources]),
-            layer.forward(*[f.e_hi for f in sources]) - constant)
-    absolute = rule.absolute_map(layer)
-    if all(f.shared for f in sources):  # m = a exactly and w = 0: both functions are L a
-        a_mid = coefficients(*[f.a_lo for f in sources])
-        a_half = None
-    else:
-        a_mid = coefficients(*[(f.a_lo + f.a_hi) / 2 for f in sources])
-        a_half = lead(absolute(*[flat((f.a_hi - f.a_lo) / 2) for f in sources]))
-    c_mid = layer.forward(*[(f.c_lo + f.c_hi) / 2 for f in sources])
-    c_half = absolute(*[(f.c_hi - f.c_lo) / 2 for f in sources])
-    fan = rule.fan(layer, list(stage.in_shapes), tuple(stage.out_shape))
-    g = gamma(2 * fan + 8, dtype)
-    inputs_sum = input_magnitude.sum(1).reshape(batch, *([1] * (constant.dim() - 1)))
-    rounding = g * (absolute(*[f.magnitude(input_magnitude) for f in sources]) + constant.abs() * (2 + inputs_sum))
-    # the inherited budgets through |L| (the larger side of each source: they are rounding budgets)
-    budget = absolute(*[torch.maximum(f.e_lo, f.e_hi) for f in sources]) * (1 + g) + rounding
-    if a_half is None:
-        return _LinearFunctions(a_mid, c_mid - c_half, budget, a_mid, c_mid + c_half, budget)
-    return _LinearFunctions(a_mid - a_half, c_mid - c_half, budget, a_mid + a_half, c_mid + c_half, budget)
-
-
-def _elementwise(stage: OperatorStage, f: _LinearFunctions, lower, upper, input_magnitude) -> _LinearFunctions:
-    """Both functions through an element-wise operator: its rule's relaxation on ``[lower, upper]``
-    (the input's concrete bounds), each side taking the input's function its slope's sign asks
-    for. Where a side of the relaxation is unbounded, that side is the output's interval."""
-    relaxation = stage.rule.relax(stage.layer, lower, upper)
-    out_lower, out_upper = stage.rule.forward_interval(stage.layer, [(lower, upper)])
-    u = unit_roundoff(lower.dtype)
-    magnitude = f.magnitude(input_magnitude)
-
-    def side(slope, intercept, same, other, fallback):
-        slope, intercept = slope.expand_as(lower), intercept.expand_as(lower)
-        usable = torch.isfinite(intercept) & torch.isfinite(slope)
-        slope = torch.where(usable, slope, torch.zeros_like(slope))
-        intercept = torch.where(usable, intercept, torch.zeros_like(intercept))
-        rising = slope >= 0
-        a = torch.where(rising.unsqueeze(1), same[0], other[0]) * slope.unsqueeze(1)
-        c = torch.where(usable, torch.where(rising, same[1], other[1]) * slope + intercept, fallback)
-        e = torch.where(usable, torch.where(rising, same[2], other[2]) * slope.abs() * (1 + 2 * u)
-                        + 4 * u * (slope.abs() * magnitude + intercept.abs()), torch.zeros_like(slope))
-        return a, c, e
-
-    low_side = (f.a_lo, f.c_lo, f.e_lo)
-    high_side = (f.a_hi, f.c_hi, f.e_hi)
-    a_lo, c_lo, e_lo = side(relaxation.lower_slope, relaxation.lower_intercept, low_side, high_side, out_lower)
-    a_hi, c_hi, e_hi = side(relaxation.upper_slope, relaxation.upper_intercept, high_side, low_side, out_upper)
-    return _LinearFunctions(a_lo, c_lo, e_lo, a_hi, c_hi, e_hi)
 
 
 def _concretize(f: _LinearFunctions, center, radius, input_magnitude):
@@ -414,7 +173,7 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
         grouped: for an image input, carry the input columns in spatial groups while the tensors'
             receptive fields are narrow (:mod:`assay.bounds.forward_columns`: the same bounds,
             at a fraction of the memory and time); False: one column per input element.
-        symbols: ReLUs add one error symbol per unstable neuron (:func:`_relu_symbols`, the
+        symbols: ReLUs add one error symbol per unstable neuron (:meth:`~assay.bounds.stages.ReluStage.forward_step`, the
             zonotope step) instead of relaxing each side on its own, while the coefficient
             tensors stay within :data:`MAX_FORWARD_COEFFICIENTS` elements (a later ReLU layer that
             would outgrow them is relaxed as without symbols). Tighter where many unstable
@@ -485,52 +244,69 @@ def _forward_pass(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, k
         start = start.reshape(batch, n, *lower.shape[1:])
     zeros = torch.zeros_like(lower)
     functions = {0: _LinearFunctions(start, fixed, zeros, start, fixed, zeros, _columns(grouping, windows, plan, 0))}
-    result = {}
-    sizes = [math.prod(shape) for shape in plan.network.shapes]
-
-    def concrete(tensor):  # the tensor's bounds (after clamp), kept for the caller
-        if tensor not in result:
-            result[tensor] = clamp(tensor, *_concretize(functions[tensor], center, radius, input_magnitude))
-        return result[tensor]
-
+    state = ForwardState(plan, functions, center, radius, input_magnitude, clamp, symbols, last)
     for position, stage in enumerate(plan.stages):
         if position > last:
             break
         if grouping is not None:  # widen the groups before the tensor outgrows them
-            grouping = _widened(plan, windows, grouping, functions, position + 1)
-        if isinstance(stage, ReluStage):
-            bounds = concrete(position)
-            added = int(((bounds[0] < 0) & (bounds[1] > 0)).reshape(batch, -1).sum(1).max()) if symbols else 0
-            total = center.shape[1] + added
-            later = max(sizes[position + 1:last + 1], default=0)  # the largest tensor the symbols reach
-            if added and later and batch * total * later <= MAX_FORWARD_COEFFICIENTS:
-                f = _relu_symbols(functions[position], *bounds, input_magnitude)
-                # the symbols: centre 0, radius 1, magnitude 1
-                center, radius, input_magnitude = (torch.cat([t, t.new_full((batch, added), value)], 1)
-                                                   for t, value in ((center, 0.0), (radius, 1.0), (input_magnitude, 1.0)))
-                functions = {t: g.padded(total) if plan.last_use[t] > position else g for t, g in functions.items()}
-            else:
-                f = _relu(functions[position], *bounds, input_magnitude)
-            n = center.shape[1]
-        elif isinstance(stage, AddStage):
-            f = _add(functions[stage.sources[0]], functions[stage.sources[1]], input_magnitude)
-        elif isinstance(stage, OperatorStage):  # the rule says how its operator is crossed
-            if not stage.nonlinear:
-                f = _linear_operator(stage, [functions[s] for s in stage.sources], input_magnitude)
-            elif stage.rule.elementwise:
-                f = _elementwise(stage, functions[stage.sources[0]], *concrete(stage.sources[0]), input_magnitude)
-            else:  # products, softmax, …: the output's interval
-                f = _constant(*stage.interval({s: concrete(s) for s in stage.sources}), n)
-        else:
-            f = _affine(stage, functions[stage.sources[0]], input_magnitude)
+            grouping = _widened(plan, windows, grouping, state.functions, position + 1)
+        f = stage.forward_step(state, position)
         f.columns = _columns(grouping, windows, plan, position + 1)
-        functions[position + 1] = f
+        state.functions[position + 1] = f
         if position + 1 in keep and cuts is not None:
-            cuts[position + 1] = Cut(position + 1, f, input_magnitude, tuple(lower.shape[1:]), columns)
+            cuts[position + 1] = Cut(position + 1, f, state.input_magnitude, tuple(lower.shape[1:]), columns)
         for source in stage.sources:  # free what no later stage reads (the tensors are large)
             if plan.last_use[source] == position:
-                functions.pop(source, None)
-    return result
+                state.functions.pop(source, None)
+    return state.result
+
+
+class ForwardState:
+    """One forward pass as a stage's ``forward_step`` sees it (:mod:`assay.bounds.stages`): the
+    live tensors' linear functions (``functions``), the input columns' centre, radius and
+    magnitude (B, n), and the tensors' concrete bounds (:meth:`concrete`, after ``clamp``, kept
+    in ``result`` for the caller). With ``symbols``, a ReLU may append error symbols as new
+    columns (:meth:`symbol_room`, :meth:`add_symbols`)."""
+
+    def __init__(self, plan: Plan, functions: dict, center, radius, input_magnitude, clamp, symbols: bool,
+                 last: int):
+        self.plan, self.functions, self.clamp, self.symbols, self.last = plan, functions, clamp, symbols, last
+        self.center, self.radius, self.input_magnitude = center, radius, input_magnitude
+        self.result: dict[int, tuple] = {}
+        self.sizes = [math.prod(shape) for shape in plan.network.shapes]
+
+    @property
+    def n(self) -> int:
+        """The number of columns (varying inputs, then error symbols)."""
+        return self.center.shape[1]
+
+    def concrete(self, tensor: int):
+        """The tensor's bounds (after clamp), kept for the caller."""
+        if tensor not in self.result:
+            self.result[tensor] = self.clamp(tensor, *_concretize(self.functions[tensor], self.center, self.radius,
+                                                                  self.input_magnitude))
+        return self.result[tensor]
+
+    def symbol_room(self, position: int, lower: torch.Tensor, upper: torch.Tensor) -> int:
+        """How many error symbols the ReLU at ``position`` adds for its input bounds: the most
+        unstable neurons of a domain, or 0 (no symbols, none unstable, or coefficient tensors
+        that would outgrow :data:`MAX_FORWARD_COEFFICIENTS`)."""
+        batch = lower.shape[0]
+        added = int(((lower < 0) & (upper > 0)).reshape(batch, -1).sum(1).max()) if self.symbols else 0
+        total = self.center.shape[1] + added
+        later = max(self.sizes[position + 1:self.last + 1], default=0)  # the largest tensor the symbols reach
+        return added if added and later and batch * total * later <= MAX_FORWARD_COEFFICIENTS else 0
+
+    def add_symbols(self, position: int, added: int) -> None:
+        """Append ``added`` error-symbol columns (centre 0, radius 1, magnitude 1); the functions
+        still read after ``position`` get zero coefficients on them."""
+        batch = self.center.shape[0]
+        total = self.center.shape[1] + added
+        self.center, self.radius, self.input_magnitude = (
+            torch.cat([t, t.new_full((batch, added), value)], 1)
+            for t, value in ((self.center, 0.0), (self.radius, 1.0), (self.input_magnitude, 1.0)))
+        self.functions = {t: g.padded(total) if self.plan.last_use[t] > position else g
+                          for t, g in self.functions.items()}
 
 
 def varying_inputs(lower: torch.Tensor, upper: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

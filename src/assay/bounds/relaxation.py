@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from assay.bounds.plan import unit_roundoff
+from assay.bounds.rounding import unit_roundoff
 
 
 @dataclass(frozen=True, eq=False)

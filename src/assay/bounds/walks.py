@@ -23,16 +23,7 @@ import torch
 
 from assay.bounds.crown import backsubstitute, concretize
 from assay.bounds.ibp import center_radius, interval_pass
-from assay.bounds.plan import (
-    AddStage,
-    AffineStage,
-    OperatorStage,
-    ReluStage,
-    accumulate,
-    plan_for,
-    rounding_factor,
-    unit_roundoff,
-)
+from assay.bounds.plan import accumulate, plan_for, rounding_factor, unit_roundoff
 from assay.bounds.relaxation import relax_relu
 from assay.bounds.result import IntermediateBounds
 from assay.nn.network import Network
@@ -72,27 +63,20 @@ def gradient_bounds(network: Network, rows: torch.Tensor, intermediate: Intermed
     per_layer: list[torch.Tensor] = [None] * k  # type: ignore[list-item]
     for position in range(len(plan.stages) - 1, -1, -1):
         stage = plan.stages[position]
-        if isinstance(stage, ReluStage):
+        relu = stage.splits_at_zero
+        if relu:
             k -= 1
         if position + 1 not in pending:
-            if isinstance(stage, ReluStage):  # no path from this layer to the output
+            if relu:  # no path from this layer to the output
                 per_layer[k] = torch.zeros(count, *stage.shape, dtype=torch.float64)
             continue
         (g,) = pending.pop(position + 1)
-        if isinstance(stage, ReluStage):
+        if relu:  # off where its input's upper bound is ≤ 0
             per_layer[k] = g.squeeze(1)
             g = g * (intermediate.upper[k] > 0).unsqueeze(1)
-        elif isinstance(stage, AddStage):
-            accumulate(pending, stage.sources[1], (g,))
-        elif isinstance(stage, OperatorStage):  # an affine general operator: |L|ᵀ g to each source
-            for source, part in zip(stage.sources, stage.backward_magnitude(g)):
-                accumulate(pending, source, (part,))
-            continue
-        elif stage.abs_weight is not None:
-            g = stage.backward_abs(g)
-        else:
-            g = stage.backward(g)
-        accumulate(pending, stage.sources[0], (g,))
+        # |L|ᵀ g to each source (a ReLU passes the rest whole)
+        for source, part in zip(stage.sources, stage.backward_magnitude(g)):
+            accumulate(pending, source, (part,))
     (g,) = pending.pop(0)
     return GradientBounds(tuple(per_layer), g.reshape(count, -1))
 
@@ -144,12 +128,8 @@ def input_sensitivities(network: Network) -> tuple[torch.Tensor, ...]:
     values = [torch.eye(n, dtype=torch.float64).reshape(n, *network.input_shape)]  # one column per input
     per_layer = []
     for stage in plan.stages:
-        sensitivity = values[stage.sources[0]]
-        if isinstance(stage, AddStage):
-            sensitivity = sensitivity + values[stage.sources[1]]
-        elif isinstance(stage, AffineStage):
-            sensitivity = stage.forward_abs(sensitivity) if stage.abs_weight is not None else stage.forward(sensitivity)
-        else:
+        sensitivity = stage.forward_magnitude([values[s] for s in stage.sources])
+        if stage.splits_at_zero:  # a change passes a ReLU at most whole
             per_layer.append(sensitivity.reshape(n, -1).T.contiguous())
         values.append(sensitivity)
     inflation = 1 + 2 * rounding_factor(plan, n)
@@ -157,7 +137,7 @@ def input_sensitivities(network: Network) -> tuple[torch.Tensor, ...]:
 
 
 def _spectral_lipschitz(plan, rows: torch.Tensor) -> torch.Tensor:
-    affine = [s for s in plan.stages if isinstance(s, AffineStage) and s.kind != "flatten"]
+    affine = [s for s in plan.stages if s.weighted]
     if any(s.kind != "linear" for s in affine) or not plan.is_chain:
         raise ValueError("ℓ2 Lipschitz bounds are computed for chains of Linear layers only; use norm='inf'")
     last, earlier = affine[-1], affine[:-1]
@@ -187,19 +167,14 @@ def affine_forms(network: Network, signs: Sequence[torch.Tensor]):
                torch.zeros(1, *network.input_shape, dtype=torch.float64))]
     forms, k = [], 0
     for stage in plan.stages:
+        if not stage.splits_at_zero:
+            values.append(stage.linear_form([values[s] for s in stage.sources]))
+            continue
         coef, offset = values[stage.sources[0]]
-        if isinstance(stage, AddStage):
-            other_coef, other_offset = values[stage.sources[1]]
-            coef, offset = coef + other_coef, offset + other_offset
-        elif isinstance(stage, AffineStage):
-            coef = stage.forward(coef)  # no bias: the linear part
-            offset = stage.forward_bias(offset) if stage.bias is not None else stage.forward(offset)
-        else:
-            forms.append((coef.reshape(n, -1).T.contiguous(), offset.reshape(-1)))
-            active = (signs[k] > 0).to(torch.float64)
-            coef, offset = coef * active, offset * active
-            k += 1
-        values.append((coef, offset))
+        forms.append((coef.reshape(n, -1).T.contiguous(), offset.reshape(-1)))
+        active = (signs[k] > 0).to(torch.float64)
+        values.append((coef * active, offset * active))
+        k += 1
     coef, offset = values[-1]
     return forms, (coef.reshape(n, -1).T.contiguous(), offset.reshape(-1))
 

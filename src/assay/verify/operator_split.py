@@ -13,8 +13,9 @@ a ReLU's input (without β-CROWN's multipliers, which only ReLU networks get, in
 :mod:`assay.verify.relu_split`).
 
 The element: the highest score of :func:`assay.bounds.split_candidates` (what its relaxation
-costs the branch's most promising row); the point: 0 where the interval straddles it (where
-ReLU, sign, sigmoid and tanh change shape), else the middle.
+costs the branch's most promising row); the point: where the stage relaxing the tensor says
+(:meth:`~assay.bounds.Plan.split_point`): 0 where the interval straddles it (where ReLU, sign,
+sigmoid and tanh change shape), else the middle, unless an operator's rule says otherwise.
 
 It is a strategy of :func:`assay.verify.search.branch_and_bound`. Each round bounds its branches
 by CROWN on the output rows over the inherited, narrowed bounds (IBP carries a narrowing to the
@@ -86,7 +87,7 @@ class OperatorSplitting:
         self.network, self.query, self.method, self.dtype = network, query, method, dtype
         self._root = root
         self._grids: dict = {}
-        plan = plan_for(network, torch.float64)
+        self._plan = plan = plan_for(network, torch.float64)
         self._relu_index = {t: k for k, t in enumerate(plan.relu_positions)}
         self._operator_index = {t: k for k, t in enumerate(plan.operator_tensors)}
 
@@ -164,7 +165,10 @@ class OperatorSplitting:
         keep = open_[choice.open]
         tensors, elements, lows, highs = choice.tensor[keep], choice.element[keep], choice.lower[keep], choice.upper[keep]
         branches = bounded.branches.select(open_)
-        point = torch.where((lows < 0) & (highs > 0), torch.zeros_like(lows), lows / 2 + highs / 2)
+        point = torch.empty_like(lows)
+        for tensor in torch.unique(tensors).tolist():  # the stage relaxing each tensor says where
+            which = tensors == tensor
+            point[which] = self._plan.split_point(tensor, lows[which], highs[which])
         left = self._narrowed(branches.parents, tensors, elements, upper=point)
         right = self._narrowed(branches.parents, tensors, elements, lower=point)
         half = branches.weight / 2

@@ -34,12 +34,12 @@ from assay.bounds import (
     BetaCrownOptions,
     IntermediateBounds,
     compute_bounds,
+    plan_for,
     relu_coefficients,
     split_child_bounds,
 )
 from assay.bounds.ibp import cast_outward
 from assay.errors import UnsupportedOperatorError
-from assay.nn.layers import MaxPool2d
 from assay.nn.network import Network, resolve_dtype
 from assay.verify.attack import confirm, pgd
 from assay.verify.deadline import Deadline
@@ -247,7 +247,7 @@ class ReluSplitting:
 
     def __init__(self, network: Network, query: UnsafeQuery, C: torch.Tensor, d: torch.Tensor, *,
                  dtype: str = "float64", beta_iterations: int = 10, root_bounds=None):
-        if any(isinstance(layer, MaxPool2d) for layer in network.layers):
+        if plan_for(network, resolve_dtype(dtype)).has_maxpool:
             # Splitting ReLUs decides a domain only when the network is piecewise linear in them.
             raise UnsupportedOperatorError(
                 f"ReLU splitting needs MaxPool lowered to ReLUs; {network.source} has MaxPool2d layers (a `pooled` "

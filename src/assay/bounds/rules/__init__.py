@@ -1,7 +1,9 @@
 """The operator registry of the bound engine: one rule object per operator family.
 
 A rule knows how bounds pass through its operator (see :mod:`assay.bounds.rules.base` for the
-contracts); :func:`rule_for` finds the rule of a layer. A new operator is one rule class in one
+contracts) and which stage a layer of it becomes (:meth:`~assay.bounds.rules.base.LayerRule.stage`);
+:func:`rule_for` finds the rule of a layer, and :class:`~assay.bounds.plan.Plan` builds every
+stage through it. A new operator is one rule class in one
 module of this package, registered with :func:`register`, and one line in :data:`_MODULES` if the
 module is new; the walks over the network (:mod:`assay.bounds.ibp`, :mod:`assay.bounds.crown`)
 never name an operator.
@@ -9,6 +11,8 @@ never name an operator.
 ==================  ====================================================================
 module              operators
 ==================  ====================================================================
+``relu_network``    ReLU, Linear, Conv2d, AvgPool2d, Flatten, Reshape, Add, MaxPool2d (the
+                    engine's own stage kinds, :mod:`assay.bounds.stages`)
 ``linear``          every operator that is affine in its inputs: Slice, Gather, Concat,
                     Transpose, Pad, Resize, Reduce, Neg, Affine, ConstMatMul, Conv, Add/Sub
 ``s_shaped``        Sigmoid, Tanh
@@ -32,7 +36,7 @@ __all__ = ["register", "rule_for", "registered_layers"]
 
 # layer class -> [(predicate or None, rule)], first match wins
 _REGISTRY: dict[type, list[tuple[Callable | None, object]]] = {}
-_MODULES = ("linear", "s_shaped", "convex", "trigonometric", "piecewise", "steps", "bilinear", "minmax",
+_MODULES = ("relu_network", "linear", "s_shaped", "convex", "trigonometric", "piecewise", "steps", "bilinear", "minmax",
             "softmax", "decisions")
 _loaded = False
 
@@ -73,6 +77,7 @@ def rule_for(layer):
 
 
 def registered_layers() -> tuple[type, ...]:
-    """The layer classes that have at least one rule."""
+    """The layer classes that have at least one rule, in the order they were registered (the ReLU
+    network's layers first)."""
     _load()
     return tuple(_REGISTRY)

@@ -37,9 +37,11 @@ from typing import ClassVar
 
 import torch
 
-from assay.bounds.plan import gamma
+from assay.bounds.rounding import gamma
+from assay.bounds.stages import OperatorStage
+from assay.bounds.stages.base import kink_or_middle
 
-__all__ = ["Relaxation", "Crossing", "ElementwiseRule", "LIBM_ULPS", "ulp_margin", "widen", "dot"]
+__all__ = ["LayerRule", "Relaxation", "Crossing", "ElementwiseRule", "LIBM_ULPS", "ulp_margin", "widen", "dot"]
 
 # Bound on the error of torch's math functions (exp, log, sin, tanh, sigmoid, …) in units of the
 # dtype's unit roundoff, relative to the result's magnitude. The libraries torch uses (glibc,
@@ -96,7 +98,39 @@ def widen(lower: torch.Tensor, upper: torch.Tensor, ulps: float = LIBM_ULPS) -> 
     return lower - ulp_margin(lower.abs(), ulps), upper + ulp_margin(upper.abs(), ulps)
 
 
-class ElementwiseRule:
+class LayerRule:
+    """Base of every rule the registry holds (:mod:`assay.bounds.rules`): how a
+    :class:`~assay.bounds.plan.Plan` lowers a layer of its operator to a stage (:meth:`stage`),
+    and what analyses other than bounds read of the operator (the attack, the Softmax shortcut).
+
+    A general operator's rule (element-wise, multi-input or affine) lowers to an
+    :class:`~assay.bounds.stages.OperatorStage`, whose rules call back into it; the ReLU network's
+    own layers lower to the engine's own stage kinds (:mod:`assay.bounds.rules.relu_network`).
+    """
+
+    # For the attack (assay.verify.attack_model): "surrogate" when the operator's gradient is zero
+    # almost everywhere and PGD must differentiate a smooth stand-in; "exact" otherwise.
+    attack_gradient: ClassVar[str] = "exact"
+    # True when the operator keeps the order of its inputs along its axis (y_i ≥ y_j iff
+    # x_i ≥ x_j), so that a comparison of two outputs can be read before it.
+    keeps_order: ClassVar[bool] = False
+
+    def stage(self, network, index: int, layer, dtype: torch.dtype):
+        """The stage of layer ``index`` of ``network`` (which is ``layer``) in ``dtype``: a general
+        operator's stage, bounded through this rule."""
+        reads = network.sources[index]
+        return OperatorStage(index, layer, self, tuple(network.shapes[r] for r in reads), network.shapes[index + 1],
+                             reads)
+
+    def split_point(self, layer, lower: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:
+        """Where the general split (:mod:`assay.verify.operator_split`) cuts the intervals
+        ``[lower, upper]`` of the operator's input elements: at its kink 0 where the interval
+        straddles it, else the middle (:func:`~assay.bounds.stages.base.kink_or_middle`). An
+        operator whose shape changes elsewhere may say so here."""
+        return kink_or_middle(lower, upper)
+
+
+class ElementwiseRule(LayerRule):
     """Base of the rules of element-wise operators ``y = f(z)``; subclasses define
     :meth:`interval` and :meth:`relax` (see the module docstring for the contract).
 
@@ -171,7 +205,7 @@ class ElementwiseRule:
         return Crossing((new,), offset, rounding)
 
 
-class MultiInputRule:
+class MultiInputRule(LayerRule):
     """Base of the rules of non-linear operators of one or more tensors (products ``a·b``,
     ``MatMul`` of two tensors, ``Min``/``Max``, ``Softmax``).
 

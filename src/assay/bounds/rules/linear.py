@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from assay.bounds.ibp import center_radius
 from assay.bounds.plan import gamma
 from assay.bounds.rules import register
-from assay.bounds.rules.base import Crossing, dot
+from assay.bounds.rules.base import Crossing, LayerRule, dot
 from assay.nn.ops import Affine, Binary, Concat, ConstMatMul, Conv, Gather, Neg, Pad, Reduce, Resize, Slice, Transpose
 
 __all__ = ["LinearRule"]
@@ -55,7 +55,7 @@ _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 
 
-class LinearRule:
+class LinearRule(LayerRule):
     """The rule of an operator affine in its inputs (see the module docstring)."""
 
     linear: ClassVar[bool] = True
