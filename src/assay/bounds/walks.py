@@ -137,6 +137,10 @@ def input_sensitivities(network: Network) -> tuple[torch.Tensor, ...]:
 
 
 def _spectral_lipschitz(plan, rows: torch.Tensor) -> torch.Tensor:
+    # the product of the layers' norms holds for 1-Lipschitz activations (ReLU) only: an
+    # operator such as exp would be skipped, and the constant not hold
+    plan.require_no_maxpool("ℓ2 Lipschitz bounds")
+    plan.require_relu_network("ℓ2 Lipschitz bounds")
     affine = [s for s in plan.stages if s.weighted]
     if any(s.kind != "linear" for s in affine) or not plan.is_chain:
         raise ValueError("ℓ2 Lipschitz bounds are computed for chains of Linear layers only; use norm='inf'")

@@ -25,13 +25,13 @@ from assay.bounds import (
     AlphaCrownOptions,
     BoundsResult,
     LinearBounds,
+    Plan,
     compute_bounds,
     gradient_bounds,
     intermediate_method_for,
     plan_for,
 )
 from assay.bounds.forward import MAX_FORWARD_INPUTS, backward_refinement_cost, varying_inputs
-from assay.nn.layers import ReLU
 from assay.nn.network import Network
 from assay.verify.attack import confirm, pgd
 from assay.verify.deadline import Deadline
@@ -530,19 +530,20 @@ def box_intermediate_method(network: Network, inputs: int | None = None) -> str:
     plan = plan_for(network, torch.float64)
     inputs = network.input_size if inputs is None else inputs
     if (inputs <= MAX_FORWARD_INPUTS and network.is_relu_network and not plan.has_maxpool):
-        backward, forward = _pass_costs(network, inputs)
+        backward, forward = _pass_costs(plan, inputs)
         if backward >= FORWARD_MIN_BACKWARD_COST and backward >= FORWARD_MIN_COST_RATIO * forward:
             return "forward"
     return intermediate_method_for(plan, inputs)
 
 
-def _pass_costs(network: Network, inputs: int) -> tuple[int, int]:
+def _pass_costs(plan: Plan, inputs: int) -> tuple[int, int]:
     """Estimated multiply-adds per box of the two intermediate passes: backward, every ReLU
     layer's neurons walked through all the weights before it; forward, every weight once per
     varying input (``inputs`` of them)."""
+    network = plan.network
     before = backward = 0
-    for index, layer in enumerate(network.layers):
-        if isinstance(layer, ReLU):
+    for index, (layer, stage) in enumerate(zip(network.layers, plan.stages)):
+        if stage.splits_at_zero:
             backward += int(np.prod(network.shapes[index])) * before
         elif getattr(layer, "weight", None) is not None:
             before += layer.weight.numel()
