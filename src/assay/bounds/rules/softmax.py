@@ -33,7 +33,7 @@ import torch
 
 from assay.bounds.rules import register
 from assay.bounds.rules.base import MultiInputRule, ulp_margin
-from assay.bounds.rules.multi import gamma, parameter, product_corners, settled, underflow
+from assay.bounds.rules.multi import gamma, parameter, settled, underflow
 from assay.nn.ops.softmax import Softmax
 
 __all__ = ["SoftmaxRule"]
@@ -112,6 +112,14 @@ def _up(t: torch.Tensor, operations: int) -> torch.Tensor:
     return t + ulp_margin(t, 2 * operations + 2)
 
 
+def _scaled_range(lo, hi, t_lo, t_hi):
+    """The smallest and largest products ``y·t`` for ``y ∈ [lo, hi] ⊂ [0, 1]`` and ``t ∈ [t_lo, t_hi]``
+    (finite; computed, not yet widened): with ``y ≥ 0`` the ends are ``t_lo`` times ``hi`` (where
+    ``t_lo < 0``) or ``lo``, and ``t_hi`` times ``hi`` (where ``t_hi > 0``) or ``lo``; two products
+    instead of :func:`product_corners`' four and no stacking."""
+    return (torch.where(t_lo < 0, hi * t_lo, lo * t_lo), torch.where(t_hi > 0, hi * t_hi, lo * t_hi))
+
+
 def _taylor_remainder(lo, hi, t_lo, t_hi, radius):
     """An upper bound of ``−½·(x − c)ᵀ·H(ξ)·(x − c)`` over the box, ``H`` the Hessian of ``A·y``:
     ``H_jk = y_j·((δ_jk − y_k)·(A_j − A·y) − y_k·(A_k − A·y))``, so with ``T_j ≥ |A_j − A·y|``,
@@ -136,11 +144,65 @@ def _slope_error(a, positive, negative, yc_lo, yc_hi, at_c, slopes, radius):
     t_lo = a - _dot_above(positive, negative, yc_lo, yc_hi).unsqueeze(-1)
     t_hi = a - at_c.unsqueeze(-1)
     t_lo, t_hi = t_lo - ulp_margin(t_lo.abs(), 2), t_hi + ulp_margin(t_hi.abs(), 2)
-    g_lo, g_hi = product_corners(yc_lo, yc_hi, t_lo, t_hi)
+    g_lo, g_hi = _scaled_range(yc_lo, yc_hi, t_lo, t_hi)
     g_lo, g_hi = g_lo - ulp_margin(g_lo.abs(), 2), g_hi + ulp_margin(g_hi.abs(), 2)
     distance = torch.maximum(g_hi - slopes, slopes - g_lo).clamp(min=0)
     distance = _up(distance, 1)
     return _up((distance * radius).sum(-1), n + 1)
+
+
+def _halves(l: torch.Tensor, u: torch.Tensor, dims: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sub-boxes covering each group's box ``[l, u]`` (…, n): its ``dims`` widest coordinates
+    halved at their float midpoint (shared by both halves, so the halves cover the box exactly),
+    the others whole; ``2**dims`` sub-boxes on a new dimension before the last: (…, 2**dims, n)."""
+    n = l.shape[-1]
+    mid = torch.minimum(torch.maximum(l + (u - l) / 2, l), u)
+    widest = (u - l).topk(dims, dim=-1).indices  # (…, dims)
+    bits = (torch.arange(2 ** dims, device=l.device).unsqueeze(-1) >> torch.arange(dims, device=l.device)) & 1  # (K, dims)
+    side = torch.full((*l.shape[:-1], 2 ** dims, n), 2, dtype=torch.long, device=l.device)  # 2: the whole range
+    side.scatter_(-1, widest.unsqueeze(-2).expand(*l.shape[:-1], 2 ** dims, dims),
+                  bits.expand(*l.shape[:-1], 2 ** dims, dims))
+    l, u, mid = l.unsqueeze(-2), u.unsqueeze(-2), mid.unsqueeze(-2)
+    return torch.where(side == 1, mid, l), torch.where(side == 0, mid, u)
+
+
+def _subdivided_offset(a, positive, negative, l, u, slopes):
+    """``(offset, rounding)`` (B, S, G) with ``A·y(x) ≥ slopes·x + offset − rounding`` on the
+    whole box: the minimum over sub-boxes (:func:`_halves`, at most :data:`_SPLIT_DIMS`
+    coordinates halved) of the rule's own bound of ``A·y(x) − slopes·x`` on each, centred there.
+    The remainders (mean-value and Taylor) shrink about fourfold on a half-width box; the slopes
+    stay those of the whole box (any are sound)."""
+    n = l.shape[-1]
+    lower, upper = _halves(l, u, min(n, _SPLIT_DIMS))  # (B, 1, G, K, n)
+    a, positive, negative, slopes = (t.unsqueeze(-2) for t in (a, positive, negative, slopes))
+    c = torch.minimum(torch.maximum(lower + (upper - lower) / 2, lower), upper)
+    radius = torch.maximum(upper - c, c - lower)
+    radius = radius + ulp_margin(radius, 2)
+    lo, hi = box_interval(lower, upper)
+    constant = _dot_below(positive, negative, lo, hi)
+    t_lo, t_hi = a - _dot_above(positive, negative, lo, hi).unsqueeze(-1), a - constant.unsqueeze(-1)
+    t_lo, t_hi = t_lo - ulp_margin(t_lo.abs(), 2), t_hi + ulp_margin(t_hi.abs(), 2)
+    g_lo, g_hi = _scaled_range(lo, hi, t_lo, t_hi)
+    g_lo, g_hi = g_lo - ulp_margin(g_lo.abs(), 2), g_hi + ulp_margin(g_hi.abs(), 2)
+    spread = torch.maximum(g_hi - slopes, slopes - g_lo)
+    spread = spread + ulp_margin(spread.abs(), 2)
+    mean_value = (spread * radius).sum(-1)  # the mean-value form about c, with the fixed slopes
+    yc_lo, yc_hi = point_interval(c)
+    at_c = _dot_below(positive, negative, yc_lo, yc_hi)
+    taylor = _taylor_remainder(lo, hi, t_lo, t_hi, radius) \
+        + _slope_error(a, positive, negative, yc_lo, yc_hi, at_c, slopes, radius)
+    remainder = torch.minimum(mean_value, taylor)
+    moved = (slopes * c).sum(-1)
+    offset = (at_c - moved - remainder).amin(-1)
+    with torch.no_grad():
+        rounding = 2 * gamma(n + 4, a.dtype) * (at_c.abs() + (slopes * c).abs().sum(-1) + remainder) \
+            + 16 * n * underflow(a.dtype) * (1 + torch.maximum(lower.abs(), upper.abs()).amax(-1))
+        rounding = rounding.amax(-1)  # min over s of (offset_s) − max over s of (rounding_s) is sound
+    return offset, rounding
+
+
+# Coordinates of a softmax group halved by _subdivided_offset: 2**_SPLIT_DIMS sub-boxes per group.
+_SPLIT_DIMS = 5
 
 
 @register(Softmax)
@@ -180,7 +242,7 @@ class SoftmaxRule(MultiInputRule):
         # an enclosure of g_j = y_j·(A_j − A·y) over the box
         t_lo, t_hi = a - _dot_above(positive, negative, lo, hi).unsqueeze(-1), a - constant.unsqueeze(-1)
         t_lo, t_hi = t_lo - ulp_margin(t_lo.abs(), 2), t_hi + ulp_margin(t_hi.abs(), 2)
-        g_lo, g_hi = product_corners(lo, hi, t_lo, t_hi)
+        g_lo, g_hi = _scaled_range(lo, hi, t_lo, t_hi)
         g_lo, g_hi = g_lo - ulp_margin(g_lo.abs(), 2), g_hi + ulp_margin(g_hi.abs(), 2)
         spread = torch.maximum(g_hi - slopes, slopes - g_lo)
         spread = spread + ulp_margin(spread.abs(), 2)
@@ -195,6 +257,12 @@ class SoftmaxRule(MultiInputRule):
         with torch.no_grad():
             linear_rounding = 2 * gamma(n + 4, A.dtype) * (at_c.abs() + (slopes * c).abs().sum(-1) + remainder) \
                 + 16 * n * underflow(A.dtype) * (1 + torch.maximum(l.abs(), u.abs()).amax(-1))
+        if n > 1:  # the same slopes, their offset bounded on halves of the box (module docstring)
+            split, split_rounding = _subdivided_offset(a, positive, negative, l, u, slopes)
+            with torch.no_grad():
+                take = (split - split_rounding) > (linear - linear_rounding)
+            linear = torch.where(take, split, linear)
+            linear_rounding = torch.where(take, split_rounding, linear_rounding)
             # which of the two bounds is higher over the box, per row and group
             reach = torch.minimum(slopes * l, slopes * u).sum(-1)
             better = (linear - linear_rounding + reach) > constant
