@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from assay.bounds.rules import rule_for
 import assay.bounds.rules.softmax as softmax_module
+from assay.bounds.rules import rule_for
 from assay.bounds.rules.softmax import SoftmaxRule, _subdivided_offset
 from assay.nn.ops.softmax import Softmax
 from tests.bounds.rules.harness import alpha_gradients, check_multi_input, check_unbounded_inputs, runs_on_meta
