@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import mpmath
 import numpy as np
 import pytest
@@ -9,7 +11,7 @@ import torch
 
 import assay.bounds.rules.softmax as softmax_module
 from assay.bounds.rules import rule_for
-from assay.bounds.rules.softmax import SoftmaxRule, _subdivided_offset
+from assay.bounds.rules.softmax import SoftmaxRule, _curvature_remainder, _subdivided_offset, box_interval
 from assay.nn.ops.softmax import Softmax
 from tests.bounds.rules.harness import alpha_gradients, check_multi_input, check_unbounded_inputs, runs_on_meta
 
@@ -155,3 +157,33 @@ def test_halved_boxes_tighten_wide_groups(monkeypatch):
     monkeypatch.setattr(softmax_module, "_SPLIT_DIMS", 0)
     whole = bound()
     assert (halved >= whole).all() and (halved > whole + 1e-3).sum() >= 6
+
+
+@pytest.mark.parametrize("width", [1e-3, 0.3, 1.5])
+def test_curvature_remainder_bounds_the_hessian_form(width):
+    """``−½·dᵀ·H(ξ)·d ≤ _curvature_remainder`` for points ξ of the box and steps |d| ≤ r, the
+    Hessian of ``A·softmax`` by autograd (not the identity the bound rests on); and the bound is
+    below :func:`_taylor_remainder`'s on most rows."""
+    gen = np.random.default_rng(11)
+    centre = gen.normal(size=(1, 1, 2, 5))
+    half = width / 2 * gen.uniform(0.3, 1.0, size=centre.shape)
+    lower, upper = torch.tensor(centre - half), torch.tensor(centre + half)
+    a = torch.tensor(gen.normal(size=(1, 6, 2, 5)) * 2)
+    lo, hi = box_interval(lower, upper)
+    positive, negative = a.clamp(min=0), a.clamp(max=0)
+    t_lo = a - softmax_module._dot_above(positive, negative, lo, hi).unsqueeze(-1)
+    t_hi = a - softmax_module._dot_below(positive, negative, lo, hi).unsqueeze(-1)
+    radius = (upper - lower) / 2
+    bound = _curvature_remainder(lo, hi, t_lo, radius)  # (1, 6, 2)
+    worst = torch.full_like(bound, -math.inf)
+    for _ in range(40):
+        xi = lower + (upper - lower) * torch.tensor(gen.uniform(size=lower.shape))
+        d = radius * torch.tensor(gen.choice([-1.0, 1.0], size=(1, 6, 2, 5)) * gen.uniform(0.5, 1.0, size=(1, 6, 2, 5)))
+        for s in range(6):
+            for g in range(2):
+                H = torch.autograd.functional.hessian(lambda x, s=s, g=g: (a[0, s, g] * torch.softmax(x, -1)).sum(),
+                                                      xi[0, 0, g])
+                worst[0, s, g] = max(worst[0, s, g], float(-0.5 * d[0, s, g] @ H @ d[0, s, g]))
+    assert (worst <= bound).all(), (worst - bound).max()
+    taylor = softmax_module._taylor_remainder(lo, hi, t_lo, t_hi, radius)
+    assert (bound <= taylor).float().mean() >= 0.5
