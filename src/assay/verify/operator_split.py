@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import torch
 
-from assay.bounds import IntermediateBounds, plan_for, split_candidates
+from assay.bounds import AlphaCrownOptions, IntermediateBounds, compute_bounds, plan_for, split_candidates
 from assay.nn.network import Network
 from assay.verify.attack import confirm, pgd
 from assay.verify.deadline import Deadline
@@ -53,6 +53,32 @@ def root_branch(query: UnsafeQuery) -> SearchState:
     """The start of a general-split search: the query's whole box, no narrowing, weight 1."""
     return SearchState.start(Branches(query.lower.unsqueeze(0), query.upper.unsqueeze(0), None, None,
                                       torch.ones(1, dtype=torch.float64)))
+
+
+# The root's intermediate α-CROWN (tighten_root): a few steps per tensor, each element's rows
+# with slopes and operator parameters of their own.
+ROOT_ALPHA_OPTIONS = AlphaCrownOptions(iterations=5)
+
+
+def tighten_root(network: Network, query: UnsafeQuery, root: RootBounds, *, dtype: str, stats: SearchStats,
+                 deadline: Deadline) -> RootBounds:
+    """The root's bounds again with intermediate α-CROWN (``intermediate_method="alpha"``): every
+    tensor a non-linear operator reads, and every ReLU layer after one, bounded by optimised
+    parameters of its own, starting from ``root``'s bounds (which it never loosens), then the rows
+    by α-CROWN. Costly (on vit_2023 pgd_2_3_16 about five CROWN passes), but it settles roots that
+    CROWN leaves just open (row 77: 0.09 → −0.006), and every branch of the search inherits the
+    tighter bounds. Past ``deadline`` the tensors not reached keep ``root``'s bounds (sound)."""
+    lower, upper = query.lower.unsqueeze(0), query.upper.unsqueeze(0)
+    shape = network.input_shape
+    result = compute_bounds(network, (lower.reshape(-1, *shape), upper.reshape(-1, *shape)), spec=(query.C, query.d),
+                            method="alpha", dtype=dtype, sides="upper", return_linear=True,
+                            intermediate=root.result.intermediate, refine_intermediate=True,
+                            intermediate_method="alpha", options=ROOT_ALPHA_OPTIONS, deadline=deadline.at)
+    stats.bound_calls += 1
+    stats.domains += 1
+    rows = torch.minimum(result.upper, root.result.upper)  # both hold on the whole box
+    groups = torch.stack([rows[:, query.groups == g].amin(1) for g in range(root.group_upper.shape[1])], 1)
+    return RootBounds(result, torch.minimum(root.group_upper, groups))
 
 
 def round_size(network: Network, batch_size: int) -> int:
