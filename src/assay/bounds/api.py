@@ -134,7 +134,10 @@ def compute_bounds(
             inputs of thousands of pixels) or ``"alpha"`` (with ``method`` "alpha"/"beta":
             CROWN, then each later ReLU layer's unstable neurons get α-CROWN bounds of their
             own, slopes optimised per neuron and side for ``options.iterations`` steps before
-            the next layer is bounded; the tightest and by far the costliest, meant for the
+            the next layer is bounded; so does every element of a tensor a non-linear general
+            operator reads (a transformer's attention scores and values), with the parameters
+            of the operators' relaxations before it (McCormick planes, softmax expansion
+            points) optimised too, and a first ReLU layer that such operators precede; the tightest and by far the costliest, meant for the
             root of a branch-and-bound search; with ``intermediate`` given, the CROWN pass is
             skipped, as α starts from it; with ``method="beta"`` and ``splits``, each neuron's
             bounds also get multipliers of their own for the earlier layers' splits) or
@@ -393,10 +396,11 @@ def _refined_intermediate(network, plan: Plan, lower, upper, C, bounds, refined,
             # ReLU layer where CROWN did not run): the lazy pass continues from where it stopped
             bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, len(bounds) - 1, position)
         if position not in plan.relu_positions:  # a general operator's input: every element
-            if method == "crown" or crown_first:
+            optimised = method == "alpha" and _relaxed_before(plan, position)
+            if method == "crown" or crown_first or not optimised:  # (α's first iterate is CROWN)
                 known[position] = _crown_tensor_bounds(plan, position, bounds, deltas, center, radius, relax, deadline)
                 bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position, until)
-            if method == "alpha" and _relaxed_before(plan, position):
+            if optimised:
                 known[position] = _alpha_tensor_bounds(plan, position, bounds, deltas, center, radius, relax,
                                                        options, deadline, split_signs)
                 bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position, until)
