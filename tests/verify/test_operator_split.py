@@ -19,7 +19,8 @@ from assay.nn import Linear, Network, ReLU, ops
 from assay.sets import Box
 from assay.verify import VerificationStatus, verify
 from assay.verify.deadline import Deadline
-from assay.verify.operator_split import OperatorSplitting, root_branch
+from assay.verify.input_split import bound_root
+from assay.verify.operator_split import OperatorSplitting, root_branch, tighten_root
 from assay.verify.problem import from_unsafe
 from assay.verify.search import SearchStats
 
@@ -163,3 +164,22 @@ def test_verify_refuses_a_bound_method_without_linear_bounds_in_one_line():
     lower, upper = box()
     with pytest.raises(OptionError, match="`method` option of verify must be one of 'crown', 'alpha'"):
         verify(network, Box(lower, upper), unsafe=at_least(10.0), method="ibp")
+
+
+@pytest.mark.parametrize("seed", [1, 4])
+def test_tightened_root_never_loosens_and_stays_above_gradient_ascent(seed):
+    """tighten_root (intermediate α-CROWN on the root): its bound of y is at most the root's and
+    at least the largest value gradient ascent finds; its intermediate bounds lie within the root's."""
+    network = mixed_network(seed)
+    lower, upper = box()
+    query = from_unsafe(network, Box(lower, upper), at_least(0.0))[0]
+    stats = SearchStats()
+    root = bound_root(network, query, method="crown", dtype="float64", stats=stats)
+    tightened = tighten_root(network, query, root, dtype="float64", stats=stats, deadline=Deadline(float("inf")))
+    peak = ascent_max(network, lower, upper)
+    assert float(tightened.group_upper[0, 0]) <= float(root.group_upper[0, 0])
+    assert float(tightened.group_upper[0, 0]) >= peak
+    given, tighter = root.result.intermediate, tightened.result.intermediate
+    for lo, hi, root_lo, root_hi in zip(tighter.lower + tighter.operator_lower, tighter.upper + tighter.operator_upper,
+                                        given.lower + given.operator_lower, given.upper + given.operator_upper):
+        assert (lo >= root_lo).all() and (hi <= root_hi).all()

@@ -52,6 +52,11 @@ _ALPHA_MAX_UNSTABLE = 2048
 # transformer's activations) keeps its interval bounds, which cost one pass instead of one
 # backward walk per element.
 _OPERATOR_REFINE_MAX = 2048
+# Intermediate α-CROWN bounds a general operator's input tensor only up to this many elements
+# per domain (each element's rows are optimised on their own): vit_2023 pgd_2_3_16's attention
+# tensors (75 and 240 elements) gain, ibp_3_3_8's (816 and 867) took 40 s of a 100 s budget and
+# gained 1e-5.
+_ALPHA_OPERATOR_MAX = 256
 # intermediate_method="hybrid": a tensor gets CROWN bounds when its walk back to a cut crosses at
 # most this many elements per row (a generator's discriminator: its image and its own layers).
 _CUT_WALK_ELEMENTS = 1 << 15
@@ -134,7 +139,10 @@ def compute_bounds(
             inputs of thousands of pixels) or ``"alpha"`` (with ``method`` "alpha"/"beta":
             CROWN, then each later ReLU layer's unstable neurons get α-CROWN bounds of their
             own, slopes optimised per neuron and side for ``options.iterations`` steps before
-            the next layer is bounded; the tightest and by far the costliest, meant for the
+            the next layer is bounded; so does every element of a tensor a non-linear general
+            operator reads (a transformer's attention scores and values), with the parameters
+            of the operators' relaxations before it (McCormick planes, softmax expansion
+            points) optimised too, and a first ReLU layer that such operators precede; the tightest and by far the costliest, meant for the
             root of a branch-and-bound search; with ``intermediate`` given, the CROWN pass is
             skipped, as α starts from it; with ``method="beta"`` and ``splits``, each neuron's
             bounds also get multipliers of their own for the earlier layers' splits) or
@@ -393,14 +401,20 @@ def _refined_intermediate(network, plan: Plan, lower, upper, C, bounds, refined,
             # ReLU layer where CROWN did not run): the lazy pass continues from where it stopped
             bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, len(bounds) - 1, position)
         if position not in plan.relu_positions:  # a general operator's input: every element
-            known[position] = _crown_tensor_bounds(plan, position, bounds, deltas, center, radius, relax, deadline)
-            bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position, until)
+            optimised = method == "alpha" and _relaxed_before(plan, position)
+            if method == "crown" or crown_first or not optimised:  # (α's first iterate is CROWN)
+                known[position] = _crown_tensor_bounds(plan, position, bounds, deltas, center, radius, relax, deadline)
+                bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position, until)
+            if optimised:
+                known[position] = _alpha_tensor_bounds(plan, position, bounds, deltas, center, radius, relax,
+                                                       options, deadline, split_signs)
+                bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position, until)
             continue
         if method == "crown" or crown_first:
             known[position] = _crown_layer_bounds(plan, position, bounds, deltas, center, radius, relax, deadline,
                                                   only=None if reach is None else reach[position])
             bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position, until)
-        if method == "alpha" and position != plan.relu_positions[0]:
+        if method == "alpha" and _relaxed_before(plan, position):
             known[position] = _alpha_layer_bounds(plan, position, bounds, deltas, center, radius, relax,
                                                   options, deadline, split_signs)
             bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position, until)
@@ -785,6 +799,43 @@ def _alpha_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radiu
         return best.detach()
 
     return _bound_unstable_neurons(bounds[position], chunk, bound_rows)
+
+
+def _relaxed_before(plan: Plan, tensor: int) -> bool:
+    """Whether a walk back from ``tensor`` crosses a relaxation with free parameters (a ReLU or a
+    parametrised general operator): only then can α-CROWN tighten CROWN's bounds of it."""
+    return any(p < tensor for p in list(plan.relu_positions) + list(plan.parametrised_operators))
+
+
+def _alpha_tensor_bounds(plan: Plan, tensor: int, bounds, deltas, center, radius, relax, options, deadline,
+                         split_signs=None):
+    """α-CROWN bounds of every element of ``tensor`` (one a non-linear general operator reads, e.g.
+    a transformer's attention scores): each element's lower and upper bound is a row of its own,
+    with its own slopes at every earlier ReLU layer and its own parameters of every earlier
+    general operator's relaxation, optimised by :func:`optimize_bounds` from CROWN's choice (any
+    parameters are sound; a deadline only stops the tightening). Never looser than before."""
+    lower, upper = bounds[tensor]
+    if lower[0].numel() > _ALPHA_OPERATOR_MAX:
+        return lower, upper  # CROWN's bounds stay (sound); see _ALPHA_OPERATOR_MAX
+    mask = upper > lower
+    slope_elements = sum(math.prod(plan.stages[p].shape) for p in plan.relu_positions if p < tensor) \
+        + sum(math.prod(plan.stages[p].out_shape) * plan.stages[p].rule.alpha_tensors()
+              for p in plan.parametrised_operators if p < tensor)
+    chunk = max(1, _ALPHA_CHUNK_ELEMENTS // (2 * lower.shape[0] * max(1, slope_elements)))
+    beta = isinstance(options, BetaCrownOptions)
+    lr = options.lr_alpha if beta else options.lr
+    signs = {p: s for p, s in (split_signs or {}).items() if p < tensor} if beta else None
+
+    def bound_rows(neurons, C, d):
+        with torch.enable_grad():  # compute_bounds walks the layers under no_grad
+            best, *_ = optimize_bounds(
+                plan, C, d, bounds, center, radius, deltas=deltas, split_signs=signs, iterations=options.iterations,
+                lr_alpha=lr, lr_beta=options.lr_beta if beta else 0.0, lr_decay=options.lr_decay, objective=None,
+                to_linear=_no_linear, deadline=deadline, relax=relax, target=tensor,
+            )
+        return best.detach()
+
+    return _bound_unstable_neurons(bounds[tensor], chunk, bound_rows, mask=mask, deadline=deadline)
 
 
 def _no_linear(back: Backward, margin: torch.Tensor) -> None:

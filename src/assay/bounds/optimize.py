@@ -81,7 +81,7 @@ def optimize_bounds(
         (best lower (B, S) elementwise over iterations, Backward at the best objective per
         domain, its margin, iterations run, the α of that Backward per ReLU position — and,
         under ``("operator", position, k)`` keys, the parameters of general operators'
-        relaxations, which start at 0.5).
+        relaxations, which start where CROWN has them: ``rule.alpha_start(k)``).
     """
     objective = objective or default_objective
     target = len(plan.stages) if target is None else target
@@ -102,8 +102,8 @@ def optimize_bounds(
         if position < target:
             stage = plan.stages[position]
             for k in range(stage.rule.alpha_tensors()):
-                alphas[("operator", position, k)] = torch.full((batch, rows, *stage.out_shape), 0.5, dtype=C.dtype,
-                                                               requires_grad=True)
+                alphas[("operator", position, k)] = torch.full((batch, rows, *stage.out_shape), stage.rule.alpha_start(k),
+                                                               dtype=C.dtype, requires_grad=True)
     betas: dict[int, torch.Tensor] = {}
     split_signs = split_signs or {}
     for position, signs in split_signs.items():

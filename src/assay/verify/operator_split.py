@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 import torch
 
-from assay.bounds import IntermediateBounds, plan_for, split_candidates
+from assay.bounds import AlphaCrownOptions, IntermediateBounds, compute_bounds, plan_for, split_candidates
 from assay.nn.network import Network
 from assay.verify.attack import confirm, pgd
 from assay.verify.deadline import Deadline
@@ -54,6 +54,42 @@ def root_branch(query: UnsafeQuery) -> SearchState:
     """The start of a general-split search: the query's whole box, no narrowing, weight 1."""
     return SearchState.start(Branches(query.lower.unsqueeze(0), query.upper.unsqueeze(0), None, None,
                                       torch.ones(1, dtype=torch.float64)))
+
+
+# The root's α-CROWN passes (tighten_root): the rows alone first, with more steps than the root's
+# own pass; then intermediate α, a few steps per tensor, each element's rows with slopes and
+# operator parameters of their own.
+ROOT_ROWS_OPTIONS = AlphaCrownOptions(iterations=50, lr=0.3)
+ROOT_ALPHA_OPTIONS = AlphaCrownOptions(iterations=5)
+
+
+def tighten_root(network: Network, query: UnsafeQuery, root: RootBounds, *, dtype: str, stats: SearchStats,
+                 deadline: Deadline) -> RootBounds:
+    """The root's bounds tightened twice, each pass starting from the bounds so far (never
+    loosened): α-CROWN on the rows over the root's intermediate bounds (:data:`ROOT_ROWS_OPTIONS`;
+    vit_2023 ibp_3_3_8 row 116: 0.0043 → 0.0026 in 20 steps, 0.0007 in 100, 2 s and 9 s); then, if the query is still
+    open, intermediate α-CROWN (``intermediate_method="alpha"``): every tensor a non-linear
+    operator reads, and every ReLU layer after one, bounded by optimised parameters of its own,
+    then the rows again. That costs about five CROWN passes on vit_2023 pgd_2_3_16 and settles
+    roots that the rows' α leaves just open (row 77: 0.014 → −0.006); every branch of the
+    search inherits the tighter bounds. Past ``deadline`` the tensors not reached keep their
+    bounds (sound)."""
+    lower, upper = query.lower.unsqueeze(0), query.upper.unsqueeze(0)
+    box = (lower.reshape(-1, *network.input_shape), upper.reshape(-1, *network.input_shape))
+    for intermediate_method, options in ((None, ROOT_ROWS_OPTIONS), ("alpha", ROOT_ALPHA_OPTIONS)):
+        if root.refuted or deadline.passed():
+            break
+        extra = {"intermediate_method": "alpha", "refine_intermediate": True} if intermediate_method else \
+            {"refine_intermediate": False}
+        result = compute_bounds(network, box, spec=(query.C, query.d), method="alpha", dtype=dtype, sides="upper",
+                                return_linear=True, intermediate=root.result.intermediate, options=options,
+                                deadline=deadline.at, **extra)
+        stats.bound_calls += 1
+        stats.domains += 1
+        rows = torch.minimum(result.upper, root.result.upper)  # both hold on the whole box
+        groups = torch.stack([rows[:, query.groups == g].amin(1) for g in range(root.group_upper.shape[1])], 1)
+        root = RootBounds(result, torch.minimum(root.group_upper, groups))
+    return root
 
 
 def round_size(network: Network, batch_size: int) -> int:

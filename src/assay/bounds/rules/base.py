@@ -158,6 +158,10 @@ class ElementwiseRule(LayerRule):
         when the relaxation has free parameters."""
         return 2 if self.parameters else 0
 
+    def alpha_start(self, k: int) -> float:
+        """The value α-CROWN starts the ``k``-th parameter tensor from (any in [0, 1] is sound)."""
+        return 0.5
+
     # the uniform interface the walks call (every rule has these two)
     def forward_interval(self, layer, inputs) -> tuple[torch.Tensor, torch.Tensor]:
         (lower, upper), = inputs
@@ -223,6 +227,8 @@ class MultiInputRule(LayerRule):
     parameters: ClassVar[int] = 0
     linear: ClassVar[bool] = False
     elementwise: ClassVar[bool] = False
+    # CROWN's value of each parameter (the default of its `parameter(alpha, k, A, default)`)
+    starts: ClassVar[tuple[float, ...]] = ()
     # For the attack (assay.verify.attack_model): "surrogate" when the operator's gradient is zero
     # almost everywhere and PGD must differentiate a smooth stand-in; "exact" otherwise.
     attack_gradient: ClassVar[str] = "exact"
@@ -239,6 +245,11 @@ class MultiInputRule(LayerRule):
     def alpha_tensors(self) -> int:
         """How many tensors α-CROWN passes as ``alpha``: ``parameters``."""
         return self.parameters
+
+    def alpha_start(self, k: int) -> float:
+        """The value α-CROWN starts the ``k``-th parameter from: ``starts[k]``, the value CROWN
+        uses without α (so that α-CROWN's first iterate is CROWN's bound), 0.5 where unset."""
+        return self.starts[k] if k < len(self.starts) else 0.5
 
     def backward(self, layer, A: torch.Tensor, inputs, alpha=None) -> Crossing:
         raise NotImplementedError

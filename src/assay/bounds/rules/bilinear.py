@@ -105,6 +105,7 @@ class Product(MultiInputRule):
     """``a · b`` of two tensors (ONNX broadcasting): McCormick planes, see the module docstring."""
 
     parameters: ClassVar[int] = 1
+    starts: ClassVar[tuple[float, ...]] = (1.0,)
 
     def interval(self, layer, inputs):
         x, z = inputs
@@ -132,6 +133,7 @@ class Quotient(MultiInputRule):
     mean of the second α over the outputs each element of ``b`` reaches)."""
 
     parameters: ClassVar[int] = 2
+    starts: ClassVar[tuple[float, ...]] = (1.0, 0.5)
 
     def interval(self, layer, inputs):
         a, (bl, bu) = inputs
@@ -195,6 +197,7 @@ class MatrixProduct(MultiInputRule):
     four matrix products (see the module docstring)."""
 
     parameters: ClassVar[int] = 1
+    starts: ClassVar[tuple[float, ...]] = (1.0,)
 
     def interval(self, layer, inputs):
         (xl, xu), (zl, zu) = aligned_bounds(inputs)

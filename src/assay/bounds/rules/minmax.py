@@ -88,6 +88,7 @@ class Extremum(MultiInputRule):
     """``Min``/``Max`` of one or more tensors and an optional constant (module docstring)."""
 
     parameters: ClassVar[int] = 1
+    starts: ClassVar[tuple[float, ...]] = (1.0,)
 
     def interval(self, layer, inputs):
         negate = layer.kind == "Min"
