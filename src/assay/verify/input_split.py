@@ -301,6 +301,8 @@ class InputSplitting:
         else:  # a general network has no gradient walk: the row's linear bound's sensitivity |A|·width
             score = bounded.payload.row_A[chosen].abs() * width
         dim = score.argmax(1)
+        if not self._smear:
+            dim = _widest_if_lopsided(dim, width / self._full_width[self._tags(boxes)])
         arange = torch.arange(lower.shape[0])
         middle = (lower[arange, dim] + upper[arange, dim]) / 2
         left_upper = upper.clone()
@@ -311,6 +313,25 @@ class InputSplitting:
         # Two batches sharing the parents' pre-activation bounds (valid on both halves), not copies.
         return [Branches(lower, left_upper, None, boxes.parents, half, tags=boxes.tags),
                 Branches(right_lower, upper, None, boxes.parents, half, tags=boxes.tags)]
+
+
+# Without a gradient walk, a box is split along its relatively widest input once that input is this
+# many times wider (relative to its query's box) than the one |A|·width chose.
+_MAX_ASPECT = 4.0
+
+
+def _widest_if_lopsided(dim: torch.Tensor, relative: torch.Tensor) -> torch.Tensor:
+    """``dim`` (B,), replaced by the relatively widest input (``relative``: (B, n) widths over the
+    query's) where that is more than :data:`_MAX_ASPECT` times wider than ``dim``'s.
+
+    A linear bound's coefficient |A| does not see the slack its relaxations carry: a box of
+    mscn_dual (sigmoid outputs, two inputs varying) whose upper bound has a near-zero coefficient
+    on one input was split along the other only, hundreds of times, and never closed. Bounding
+    the aspect ratio makes every input shrink as the search deepens."""
+    arange = torch.arange(dim.shape[0])
+    widest = relative.argmax(1)
+    lopsided = relative[arange, widest] > _MAX_ASPECT * relative[arange, dim]
+    return torch.where(lopsided, widest, dim)
 
 
 @dataclass(frozen=True)
