@@ -152,7 +152,11 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
         if len(queries) >= SCREEN_MIN_QUERIES:
             # Many boxes (a VNN-LIB disjunction): bounded together first, a batch per call; only
             # the queries that survive get the per-query attack, root bounds and search below.
-            left = screen_queries(network, queries, method=method, dtype=dtype, stats=stats, deadline=deadline)
+            # Where one input-splitting search over all of them follows (a family, below), its
+            # first round bounds every box as the linear screen would: only intervals screen here.
+            family_follows = strategy == "input" and _one_structure(queries)
+            left = screen_queries(network, queries, method=method, dtype=dtype, stats=stats, deadline=deadline,
+                                  linear=not family_follows)
             if left is None:
                 return finish(VerificationStatus.TIMEOUT)
             if not left:

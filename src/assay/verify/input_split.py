@@ -441,7 +441,7 @@ def many_boxes_intermediate_method(network: Network, queries: list[UnsafeQuery])
 
 
 def screen_queries(network: Network, queries: list[UnsafeQuery], *, method: str, dtype: str, stats: SearchStats,
-                   deadline: Deadline | None = None) -> list[UnsafeQuery] | None:
+                   deadline: Deadline | None = None, linear: bool = True) -> list[UnsafeQuery] | None:
     """The queries whose whole box sound bounds do not refute, bounding many queries' boxes at
     once (batches of :data:`SCREEN_BATCH`, each box with its own query's rows), as
     :func:`bound_root` bounds one. None where the deadline passed before every batch was bounded.
@@ -452,7 +452,8 @@ def screen_queries(network: Network, queries: list[UnsafeQuery], *, method: str,
     the same input shape and the same conjunctions (rows per group); each is refuted only by
     bounds on its own box and rows, as :func:`bound_root` would refute it. Interval bounds go
     first while they refute many boxes (:func:`_interval_screen`: lindex's tiny boxes), and the
-    linear bounds only see what they leave.
+    linear bounds only see what they leave. ``linear=False``: the interval screen only (where a
+    family search follows, whose first round bounds the boxes left as the linear screen would).
     """
     shape = network.input_shape
     first = "crown" if method == "alpha" else method
@@ -467,7 +468,7 @@ def screen_queries(network: Network, queries: list[UnsafeQuery], *, method: str,
             members = _interval_screen(network, queries, members, dtype, stats, deadline, refuted)
             if members is None:
                 return None
-        for start in range(0, len(members), SCREEN_BATCH):
+        for start in range(0, len(members) if linear else 0, SCREEN_BATCH):
             if deadline is not None and deadline.passed():
                 return None
             batch = [queries[k] for k in members[start:start + SCREEN_BATCH]]
