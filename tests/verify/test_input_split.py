@@ -129,3 +129,48 @@ def test_root_refutation_is_never_contradicted_by_sampling_and_skips_the_search(
             assert result.status.value == "holds"
         outcomes.append(refuted)
     assert any(outcomes) and not all(outcomes)  # both branches are exercised
+
+
+def test_a_lopsided_box_is_split_along_its_widest_input():
+    """Where |A|·width chose an input more than 4× narrower (relative to its query's box) than the
+    widest, the widest is split instead; otherwise the choice stands."""
+    from assay.verify.input_split import _widest_if_lopsided
+
+    relative = torch.tensor([[1.0, 0.2, 0.0], [1.0, 0.3, 0.0], [0.1, 0.1, 0.0]], dtype=torch.float64)
+    chosen = torch.tensor([1, 1, 0])
+    assert _widest_if_lopsided(chosen, relative).tolist() == [0, 1, 0]
+
+
+def _flat_slack_network():
+    """z = σ(0.1·x0 + |x1| − |x1|), each |x1| as relu(x1) + relu(−x1) on its own neurons: on
+    x1 ∈ [−1, 1] CROWN bounds the first copy above by the constant 1 and the second by 0, so the
+    linear bound's coefficient on x1 is 0 while its slack (1) goes only when x1 is split."""
+    from assay.nn import Linear, Network, ReLU, ops
+
+    W1 = torch.tensor([[1.0, 0], [0, 1], [0, -1], [0, 1], [0, -1]], dtype=torch.float64)
+    W2 = torch.tensor([[0.1, 1, 1, -1, -1]], dtype=torch.float64)
+    return Network((Linear(W1, torch.zeros(5, dtype=torch.float64)), ReLU(),
+                    Linear(W2, torch.zeros(1, dtype=torch.float64)), ops.Sigmoid()), (2,))
+
+
+def test_an_input_the_linear_bound_ignores_is_still_split():
+    """Scored by |A|·width alone, the search above splits x0 forever (57,000 boxes in 10 s, then
+    a timeout); with the aspect ratio bounded it holds within a few dozen boxes. Just below the
+    maximum σ(0.1) the query is violated and the point is found."""
+    from assay.verify import VerificationStatus, verify
+
+    network = _flat_slack_network()
+    box = SimpleNamespace(lower=torch.tensor([0.5, -1.0], dtype=torch.float64),
+                          upper=torch.tensor([1.0, 1.0], dtype=torch.float64))
+
+    def unsafe(threshold):
+        return SimpleNamespace(conjunctions=(SimpleNamespace(C=torch.tensor([[1.0]], dtype=torch.float64),
+                                                             d=torch.tensor([-threshold], dtype=torch.float64)),))
+
+    peak = float(torch.sigmoid(torch.tensor(0.1, dtype=torch.float64)))
+    result = verify(network, box, unsafe=unsafe(peak + 0.002), timeout=30, strategy="input")
+    assert result.status is VerificationStatus.HOLDS and result.stats.domains < 500
+    result = verify(network, box, unsafe=unsafe(peak - 1e-4), timeout=30, strategy="input")
+    assert result.status is VerificationStatus.VIOLATED
+    x = result.counterexample.input.reshape(1, 2)
+    assert float(network(x)) >= peak - 1e-4

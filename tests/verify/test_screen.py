@@ -254,3 +254,19 @@ def test_a_screen_batches_boxes_that_vary_the_same_inputs_together(monkeypatch):
     assert set(varying) == {1}, f"inputs varied per batch: {varying}"
     unsafe = {k for k in range(count) if offsets[k] < 0}
     assert unsafe <= kept, f"queries {sorted(unsafe - kept)} have unsafe points but were dropped"
+
+
+def test_where_a_family_search_follows_only_intervals_screen(monkeypatch):
+    """``linear=False`` (verify passes it where one family search follows): the screen makes
+    interval bound calls only, and keeps every query intervals do not refute."""
+    network = _network(0)
+    lower, upper = _boxes(0)
+    peak = _maxima(network, lower, upper)
+    queries = _queries(network, lower, upper, peak + 1e-4)
+    calls = _screen_calls(monkeypatch)
+    left = screen_queries(network, queries, method="crown", dtype="float64", stats=SearchStats(), linear=False)
+    assert calls and all(method == "ibp" for method, _ in calls)
+    interval = input_split.compute_bounds(network, (lower, upper), spec=(torch.ones(BOXES, 1, 1, dtype=torch.float64),
+                                          -(peak + 1e-4).reshape(-1, 1)), method="ibp", sides="upper")
+    assert {q.index for q in left} == set((interval.upper[:, 0] >= 0).nonzero().flatten().tolist())
+    assert len(left) > BOXES // 2, "intervals refute most boxes: the linear screen's absence proves little"
