@@ -9,6 +9,7 @@ from typing import ClassVar
 
 import torch
 
+from assay.bounds import forward_products
 from assay.bounds.linear_functions import LinearFunctions, constant_functions
 from assay.bounds.rounding import gamma, unit_roundoff
 from assay.bounds.stages.base import Stage
@@ -72,6 +73,11 @@ class OperatorStage(Stage):
         if self.rule.elementwise:
             return _elementwise(self, state.functions[self.sources[0]], *state.concrete(self.sources[0]),
                                 state.input_magnitude)
+        # a product one of whose factors the boxes fix scales the other's functions
+        scaled = forward_products.scaled_product(self, [state.functions[s] for s in self.sources],
+                                                 [state.concrete(s) for s in self.sources], state.input_magnitude)
+        if scaled is not None:
+            return scaled
         # products, softmax, …: the output's interval
         return constant_functions(*self.interval({s: state.concrete(s) for s in self.sources}), state.n)
 
