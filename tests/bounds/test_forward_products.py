@@ -137,3 +137,40 @@ def test_a_factor_that_varies_gives_the_products_interval():
     with torch.no_grad():
         y = network.forward(x.reshape(-1, *network.input_shape)).reshape(x.shape[0], x.shape[1], -1)
     assert bool((y >= result.lower).all() and (y <= result.upper).all())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_children_with_their_parents_bounds_skip_the_interval_pass_and_stay_sound(seed, monkeypatch):
+    """A child box given its parent's bounds of every tensor forward bounds concretise (as input
+    splitting gives them): no interval pass runs before the forward one, and every ReLU input's
+    bounds and the output's still hold at sampled points of the child."""
+    from assay.bounds import api
+
+    network = set_network(seed)
+    lower, upper = boxes(seed)
+    parent = compute_bounds(network, (lower, upper), method="crown", intermediate_method="forward")
+    middle = (lower + upper) / 2
+    child_lower, child_upper = torch.cat([lower, middle]), torch.cat([middle, upper])
+    parents = parent.intermediate.select(torch.cat([torch.arange(len(lower))] * 2))
+    passes = []
+    original = api.interval_pass
+
+    def spy(*args, **kwargs):
+        passes.append(kwargs.get("until"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(api, "interval_pass", spy)
+    result = compute_bounds(network, (child_lower, child_upper), method="crown", intermediate_method="forward",
+                            intermediate=parents)
+    assert len(passes) == 1, "an interval pass ran before the forward pass"
+    x = sample_box(child_lower, child_upper, np.random.default_rng(seed), 2000)
+    with torch.no_grad():
+        values = network.tensors(x.reshape(-1, *network.input_shape))
+    n, batch = x.shape[:2]
+    for k, position in enumerate(plan_for(network, torch.float64).relu_positions):
+        z = values[position].reshape(n, batch, -1)
+        low = result.intermediate.lower[k].reshape(batch, -1)
+        high = result.intermediate.upper[k].reshape(batch, -1)
+        assert bool((z >= low).all() and (z <= high).all()), f"ReLU input {k} escapes its bounds"
+    y = values[-1].reshape(n, batch, -1)
+    assert bool((y >= result.lower).all() and (y <= result.upper).all())

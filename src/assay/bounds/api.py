@@ -327,6 +327,12 @@ def _intermediate_bounds(network, plan: Plan, lower, upper, C, deltas, clamp: _C
     tensor by tensor in order (:func:`_refined_intermediate`). Each refined tensor's bounds enter
     ``clamp.known``, so every later pass intersects with them."""
     refined = _refined_tensors(plan, fixed_layers) if method in ("crown", "alpha") else []
+    if method == "forward" and _parents_cover(plan, clamp.known):
+        # A parent domain's bounds of every tensor the forward pass concretises (an input-splitting
+        # search's children) hold the parent's intervals already: the forward pass intersects with
+        # them, and the interval pass over the child's box before it is skipped (mscn_dual: a third
+        # of a bound call, the children's bounds all but unchanged).
+        return _forward_intermediate(network, plan, lower, upper, None, deltas, clamp, relax, deadline, method)
     # Lazy IBP: each tensor CROWN refines replaces its interval bounds, and every tensor after
     # it is computed again from there; so each interval pass stops at the next refined tensor
     # (its backward walk reads only the tensors before it), and the last one runs to the output.
@@ -342,7 +348,9 @@ def _intermediate_bounds(network, plan: Plan, lower, upper, C, deltas, clamp: _C
 def _forward_intermediate(network, plan: Plan, lower, upper, interval, deltas, clamp: _Clamp, relax, deadline,
                           method: str) -> list:
     """Forward linear bounds of every refined tensor ("hybrid": with error symbols, then CROWN
-    where the walk back to a cut is short, the cut's forward functions substituted there)."""
+    where the walk back to a cut is short, the cut's forward functions substituted there),
+    intersected with ``interval`` (the interval pass's bounds of every tensor; None: with the
+    bounds in ``clamp`` only)."""
     if deltas:
         raise OptionError("intermediate_method='forward' does not support weight_perturbation; use 'crown'")
     # "hybrid" stores forward functions over the varying inputs at its cuts; "forward" also
@@ -357,6 +365,8 @@ def _forward_intermediate(network, plan: Plan, lower, upper, interval, deltas, c
         )
 
     def clamp_with_interval(position, l, u, members=None):
+        if interval is None:  # the given (parents') bounds only
+            return clamp(position, l, u, members)
         low, high = interval[position] if members is None else (t[members] for t in interval[position])
         return clamp(position, torch.maximum(l, low), torch.minimum(u, high), members)
 
@@ -375,6 +385,12 @@ def _forward_intermediate(network, plan: Plan, lower, upper, interval, deltas, c
                                        cut=cuts.get(stop))
         bounds = _downstream_pass(plan, lower, upper, deltas, clamp, bounds, position)
     return bounds
+
+
+def _parents_cover(plan: Plan, known: dict) -> bool:
+    """Whether ``known`` (bounds given by the caller) holds every ReLU input and every tensor a
+    non-linear general operator reads: all that forward bounds concretise."""
+    return bool(known) and all(t in known for t in (*plan.relu_positions, *plan.operator_tensors))
 
 
 def _refined_intermediate(network, plan: Plan, lower, upper, C, bounds, refined, deltas, clamp: _Clamp, relax,
