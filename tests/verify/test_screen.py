@@ -270,3 +270,37 @@ def test_where_a_family_search_follows_only_intervals_screen(monkeypatch):
                                           -(peak + 1e-4).reshape(-1, 1)), method="ibp", sides="upper")
     assert {q.index for q in left} == set((interval.upper[:, 0] >= 0).nonzero().flatten().tolist())
     assert len(left) > BOXES // 2, "intervals refute most boxes: the linear screen's absence proves little"
+
+
+def test_queries_of_another_structure_leave_the_others_one_family(tmp_path, monkeypatch):
+    """One box appears twice in the disjunction (two thresholds: one query of two conjunctions,
+    as in mscn_dual's 2260 file): the other queries are still searched as one family, that query
+    on its own; the verdict holds, and with one box's threshold below its maximum, is violated."""
+    import assay.verify.api as api
+
+    monkeypatch.setattr(api, "SCREEN_MIN_QUERIES", 2)
+    network = random_relu_network(0, widths=(2, 32, 32, 32, 1))
+    lower, upper = _boxes(0)
+    upper = upper.clone()
+    upper[:, 0] = lower[:, 0] + 0.8
+    peak = _maxima(network, lower, upper)
+
+    def write(path, thresholds):
+        _vnnlib(path, lower, upper, thresholds)
+        text = path.read_text().rstrip().removesuffix("))")
+        k = 3  # box 3 again, with a second threshold
+        text += (f"\n  (and (>= X_0 {float(lower[k, 0])!r}) (<= X_0 {float(upper[k, 0])!r}) "
+                 f"(>= X_1 {FIXED!r}) (<= X_1 {FIXED!r}) (>= Y_0 {float(thresholds[k] + 0.01)!r}))\n))\n")
+        path.write_text(text)
+        return read_vnnlib(path, 2, 1)
+
+    safe = write(tmp_path / "safe.vnnlib", peak + 0.002)
+    result = verify_vnnlib(network, safe, timeout=120)
+    assert result.status is VerificationStatus.HOLDS
+    assert len(result.searches) <= 2, "the queries of one structure were not searched as one family"
+    thresholds = peak + 0.002
+    thresholds[BOXES - 5] = peak[BOXES - 5] - 1e-5
+    result = verify_vnnlib(network, write(tmp_path / "unsafe.vnnlib", thresholds), timeout=120)
+    assert result.status is VerificationStatus.VIOLATED
+    x = result.counterexample.input.reshape(-1)
+    assert float(network(x.reshape(1, 2))) >= float(thresholds[BOXES - 5])

@@ -143,7 +143,7 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
         return finish(VerificationStatus.HOLDS)
     queries = undecided
 
-    family = None  # many queries searched as one (InputSplitting's family)
+    families: list[list[UnsafeQuery]] = []  # many queries searched as one each (InputSplitting's family)
     if strategy in ("input", "operator"):
         # Sound bounds on the whole box settle easy queries at a fraction of the attack's cost;
         # the others start branching from these bounds. On a network with general operators
@@ -152,9 +152,9 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
         if len(queries) >= SCREEN_MIN_QUERIES:
             # Many boxes (a VNN-LIB disjunction): bounded together first, a batch per call; only
             # the queries that survive get the per-query attack, root bounds and search below.
-            # Where one input-splitting search over all of them follows (a family, below), its
-            # first round bounds every box as the linear screen would: only intervals screen here.
-            family_follows = strategy == "input" and _one_structure(queries)
+            # Where input-splitting searches over many of them at once follow (families, below),
+            # their first rounds bound every box as the linear screen would: only intervals screen.
+            family_follows = strategy == "input" and bool(_families(queries)[0])
             left = screen_queries(network, queries, method=method, dtype=dtype, stats=stats, deadline=deadline,
                                   linear=not family_follows)
             if left is None:
@@ -162,17 +162,19 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
             if not left:
                 return finish(VerificationStatus.HOLDS)
             queries = left
-            if strategy == "input" and len(left) >= SCREEN_MIN_QUERIES and _one_structure(left):
-                # Still many: one input-splitting search over all of them (each box with its own
-                # query's rows), instead of an attack, root bounds and a search per query.
-                family = left
+            if strategy == "input":
+                # Still many: one input-splitting search over all of those of one structure (each
+                # box with its own query's rows), instead of an attack, root bounds and a search
+                # per query; the few of another structure (mscn_dual 2260: 1 of 2,259 queries has
+                # two disjuncts over one box) keep their own.
+                families, queries = _families(left)
         open_queries = []
         # Many inputs through Sign layers: no bound search on a short deadline (see
         # BINARISED_SEARCH_MIN_SECONDS); input splitting (few inputs) makes every Sign stable on
         # small boxes and keeps its search.
         binarised = strategy == "operator" and has_sign(network)
         given_up = []
-        for query in queries if family is None else []:
+        for query in queries:
             if deadline.passed():
                 return finish(VerificationStatus.TIMEOUT)
             if general and options.attack_restarts:
@@ -282,10 +284,10 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
         # Past the memory budget the search stops (UNKNOWN) rather than exhaust the machine.
         return state.pending_bytes > memory_limit
 
-    if family is not None:
-        open_queries = [(family[0], None)]  # one search over the family (probing attacks inside it)
+    # one search over each family (probing attacks inside it), then the other open queries'
+    planned = [(family[0], None, family) for family in families] + [(q, root, None) for q, root in open_queries]
     worst = VerificationStatus.HOLDS
-    for query, root in open_queries:
+    for query, root, family in planned:
         if deadline.passed():
             return finish(VerificationStatus.TIMEOUT)
         if family is not None:
@@ -316,7 +318,13 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
     return finish(worst)
 
 
-def _one_structure(queries: list[UnsafeQuery]) -> bool:
-    """Whether the queries share one structure of conjunctions (rows per conjunction, outputs)."""
-    first = queries[0]
-    return all(q.C.shape == first.C.shape and torch.equal(q.groups, first.groups) for q in queries)
+def _families(queries: list[UnsafeQuery]) -> tuple[list[list[UnsafeQuery]], list[UnsafeQuery]]:
+    """The queries that share a structure of conjunctions (rows per conjunction, outputs) with at
+    least :data:`SCREEN_MIN_QUERIES` − 1 others, one list per structure (each searched as one
+    family), and the rest (in order)."""
+    by_structure: dict[tuple, list[UnsafeQuery]] = {}
+    for query in queries:
+        by_structure.setdefault((tuple(query.C.shape), tuple(query.groups.tolist())), []).append(query)
+    families = [group for group in by_structure.values() if len(group) >= SCREEN_MIN_QUERIES]
+    many = {id(q) for group in families for q in group}
+    return families, [q for q in queries if id(q) not in many]
