@@ -576,30 +576,37 @@ def _conjunction_upper(result, lower, upper, groups, grids) -> torch.Tensor:
     min_i row_i(x) ≤ Σ_i λ_i (a_i·x + b_i), whose maximum over the box is exact to compute.
     The least of these over a grid of λ (and over the rows' own bounds) is a sound bound; it
     refutes a conjunction when different rows are negative on different parts of the box.
+    Groups with the same number of rows are combined together (one tensor operation for all of
+    them: lsnc's 13 groups of 2 rows cost one pass, not 13).
     """
-    A = result.linear.upper_A.reshape(lower.shape[0], -1, lower.shape[1])
+    B, n = lower.shape
+    A = result.linear.upper_A.reshape(B, -1, n)
     b = result.linear.upper_b
-    per_group = []
-    for g in range(int(groups.max()) + 1):
-        in_group = groups == g
-        rows_bound = result.upper[:, in_group].amin(1)
-        m = int(in_group.sum())
+    count = int(groups.max()) + 1
+    members = [(groups == g).nonzero().flatten() for g in range(count)]
+    out = torch.empty(B, count, dtype=result.upper.dtype)
+    magnitude = torch.maximum(lower.abs(), upper.abs()).unsqueeze(1).unsqueeze(1)  # (B, 1, 1, n)
+    unit = torch.finfo(A.dtype).eps / 2
+    for m in sorted({len(rows) for rows in members}):
+        same = [g for g in range(count) if len(members[g]) == m]
+        rows = torch.stack([members[g] for g in same])  # (Gm, m)
+        bound = result.upper[:, rows].amin(2)  # (B, Gm)
         if m > 1:
             if m not in grids:
                 grids[m] = _simplex_grid(m)
             weights = grids[m]  # (K, m)
-            combined_A = torch.einsum("km,bmn->bkn", weights, A[:, in_group])
-            combined_b = b[:, in_group] @ weights.T
-            box_max = torch.maximum(combined_A * lower.unsqueeze(1), combined_A * upper.unsqueeze(1)).sum(2) + combined_b
+            A_g, b_g = A[:, rows], b[:, rows]  # (B, Gm, m, n), (B, Gm, m)
+            combined_A = torch.einsum("km,bgmn->bgkn", weights, A_g)
+            combined_b = b_g @ weights.T  # (B, Gm, K)
+            box_max = torch.maximum(combined_A * lower[:, None, None], combined_A * upper[:, None, None]).sum(3) \
+                + combined_b
             # The rows' offsets already include their rounding margins; forming and maximising the
             # combination adds at most (n + m + 2)·u relative to the magnitudes involved (Higham §3.1).
-            magnitude = torch.maximum(lower.abs(), upper.abs())
-            scale = (A[:, in_group].abs() * magnitude.unsqueeze(1)).sum(2) + b[:, in_group].abs()  # (B, m)
-            unit = torch.finfo(box_max.dtype).eps / 2
-            box_max = box_max + 4 * (lower.shape[1] + m + 2) * unit * (scale @ weights.T)
-            rows_bound = torch.minimum(rows_bound, box_max.amin(1))
-        per_group.append(rows_bound)
-    return torch.stack(per_group, 1)
+            scale = (A_g.abs() * magnitude).sum(3) + b_g.abs()  # (B, Gm, m)
+            box_max = box_max + 4 * (n + m + 2) * unit * (scale @ weights.T)
+            bound = torch.minimum(bound, box_max.amin(2))
+        out[:, same] = bound
+    return out
 
 
 def _clip_boxes(linear, lower, upper, groups, group_upper):
