@@ -174,3 +174,17 @@ def test_an_input_the_linear_bound_ignores_is_still_split():
     assert result.status is VerificationStatus.VIOLATED
     x = result.counterexample.input.reshape(1, 2)
     assert float(network(x)) >= peak - 1e-4
+
+
+def test_input_rounds_grow_only_on_networks_of_small_tensors():
+    """A round of input splitting bounds more than ``batch_size`` boxes only where the network's
+    tensors are small (at most 8 times as many); ACAS Xu-sized networks keep ``batch_size``."""
+    from assay.verify.input_split import INPUT_ROUND_GROWTH, input_round_size
+    from tests.verify.test_verify import random_network
+
+    tiny = random_network(0, widths=(3, 4, 4, 2))  # 3 + 4 + 4 + 4 + 4 + 2 elements a box
+    assert input_round_size(tiny, 1024) == INPUT_ROUND_GROWTH * 1024
+    assert input_round_size(tiny, 7) == INPUT_ROUND_GROWTH * 7
+    acas_sized = random_network(0, widths=(5, 50, 50, 50, 50, 50, 50, 5))  # 615 elements a box
+    assert input_round_size(acas_sized, 1024) == 1024
+    assert input_round_size(acas_sized, 100) > 100  # a small batch still grows, up to the element budget

@@ -14,7 +14,7 @@ from assay.nn.network import Network
 from assay.verify.attack import from_center, search
 from assay.verify.attack_model import has_sign
 from assay.verify.deadline import Deadline
-from assay.verify.input_split import InputSplitting, bound_root, family_root, screen_queries
+from assay.verify.input_split import InputSplitting, bound_root, family_root, input_round_size, screen_queries
 from assay.verify.input_split import root_branch as input_root
 from assay.verify.lp_refine import dense_layers, refine_bounds
 from assay.verify.onnx_recheck import confirmed_counterexample
@@ -295,7 +295,7 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
             size = batch_size
         elif strategy == "input":
             plans = [(InputSplitting(network, query, method=method, dtype=dtype, root=root), input_root(query))]
-            size = batch_size
+            size = input_round_size(network, batch_size)
         elif strategy == "operator":
             plans = [(OperatorSplitting(network, query, method=method, dtype=dtype, root=root), operator_root(query))]
             size = round_size(network, batch_size)

@@ -53,7 +53,9 @@ class VerifyOptions:
             rows of the boxes CROWN leaves open) or ``"crown"`` (input splitting needs the rows'
             linear bounds, which IBP does not give). ReLU splitting always uses β-CROWN.
         dtype: working dtype of the bounds (``"float64"``: verdicts should use it).
-        batch_size: the most branches bounded per round (ReLU splitting: at most 256).
+        batch_size: the most branches bounded per round (ReLU splitting: at most 256; input
+            splitting on a network of small tensors: up to 8 times as many, see
+            :func:`~assay.verify.input_split.input_round_size`).
         attack_restarts: PGD restarts of the counterexample search before branching (0: none).
         strategy: ``"input"`` (split the input box; best for few inputs, e.g. ACAS Xu),
             ``"relu"`` (split unstable ReLUs with β-CROWN; for many inputs), ``"operator"``
