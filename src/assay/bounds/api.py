@@ -801,20 +801,28 @@ def _alpha_layer_bounds(plan: Plan, position: int, bounds, deltas, center, radiu
         return lower, upper  # CROWN's bounds stay (sound); see _ALPHA_MAX_UNSTABLE
     slope_elements = sum(math.prod(plan.stages[p].shape) for p in plan.relu_positions if p < position)
     chunk = max(1, _ALPHA_CHUNK_ELEMENTS // (2 * lower.shape[0] * max(1, slope_elements)))
+    bound_rows = _optimised_rows(plan, position, bounds, deltas, center, radius, relax, options, deadline, split_signs)
+    return _bound_unstable_neurons(bounds[position], chunk, bound_rows)
+
+
+def _optimised_rows(plan: Plan, target: int, bounds, deltas, center, radius, relax, options, deadline, split_signs):
+    """``bound_rows(neurons, C, d)`` for :func:`_bound_unstable_neurons`: the rows' lower bounds
+    optimised by :func:`optimize_bounds` over the walk back from tensor ``target`` (with
+    :class:`BetaCrownOptions`, the split constraints of earlier layers enter with multipliers)."""
     beta = isinstance(options, BetaCrownOptions)
     lr = options.lr_alpha if beta else options.lr
-    signs = {p: s for p, s in (split_signs or {}).items() if p < position} if beta else None
+    signs = {p: s for p, s in (split_signs or {}).items() if p < target} if beta else None
 
     def bound_rows(neurons, C, d):
         with torch.enable_grad():  # compute_bounds walks the layers under no_grad
             best, *_ = optimize_bounds(
                 plan, C, d, bounds, center, radius, deltas=deltas, split_signs=signs, iterations=options.iterations,
-                lr_alpha=lr, lr_beta=options.lr_beta if beta else 0.0, lr_decay=options.lr_decay, objective=None, to_linear=_no_linear,
-                deadline=deadline, relax=relax, target=position,
+                lr_alpha=lr, lr_beta=options.lr_beta if beta else 0.0, lr_decay=options.lr_decay, objective=None,
+                to_linear=_no_linear, deadline=deadline, relax=relax, target=target,
             )
         return best.detach()
 
-    return _bound_unstable_neurons(bounds[position], chunk, bound_rows)
+    return bound_rows
 
 
 def _relaxed_before(plan: Plan, tensor: int) -> bool:
@@ -838,19 +846,7 @@ def _alpha_tensor_bounds(plan: Plan, tensor: int, bounds, deltas, center, radius
         + sum(math.prod(plan.stages[p].out_shape) * plan.stages[p].rule.alpha_tensors()
               for p in plan.parametrised_operators if p < tensor)
     chunk = max(1, _ALPHA_CHUNK_ELEMENTS // (2 * lower.shape[0] * max(1, slope_elements)))
-    beta = isinstance(options, BetaCrownOptions)
-    lr = options.lr_alpha if beta else options.lr
-    signs = {p: s for p, s in (split_signs or {}).items() if p < tensor} if beta else None
-
-    def bound_rows(neurons, C, d):
-        with torch.enable_grad():  # compute_bounds walks the layers under no_grad
-            best, *_ = optimize_bounds(
-                plan, C, d, bounds, center, radius, deltas=deltas, split_signs=signs, iterations=options.iterations,
-                lr_alpha=lr, lr_beta=options.lr_beta if beta else 0.0, lr_decay=options.lr_decay, objective=None,
-                to_linear=_no_linear, deadline=deadline, relax=relax, target=tensor,
-            )
-        return best.detach()
-
+    bound_rows = _optimised_rows(plan, tensor, bounds, deltas, center, radius, relax, options, deadline, split_signs)
     return _bound_unstable_neurons(bounds[tensor], chunk, bound_rows, mask=mask, deadline=deadline)
 
 
