@@ -185,3 +185,15 @@ def test_priority_takes_the_largest_tag_first_and_stop_returns_a_resumable_state
                                keep_closed=True, priority="width", stop=lambda state: True)
     assert strategy.taken[4] == [0.125, 0.125, 0.125]
     assert resumed.status == VerificationStatus.UNKNOWN
+
+
+def test_a_share_of_a_deadline_ends_before_it_and_none_stays_none():
+    """``Deadline.share(f)``: f of the time left from now, never past the deadline itself."""
+    import time
+
+    deadline = Deadline.after(10.0)
+    before = time.monotonic()
+    quarter = deadline.share(0.25)
+    assert before + 2.5 - 1e-3 <= quarter.at <= time.monotonic() + 2.5 and quarter.at < deadline.at
+    assert deadline.share(1.0).at <= deadline.at and deadline.share(2.0).at == deadline.at
+    assert math.isinf(Deadline().share(0.5).at)

@@ -233,8 +233,7 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
             # gets a share of the time left (see INPUT_SPLIT_ATTACK_SHARE)
             attack_deadline = deadline
             if strategy == "input":
-                now = time.monotonic()
-                attack_deadline = Deadline(min(deadline.at, now + INPUT_SPLIT_ATTACK_SHARE * (deadline.at - now)))
+                attack_deadline = deadline.share(INPUT_SPLIT_ATTACK_SHARE)
             found = search(network, query, rng, restarts=options.attack_restarts, deadline=attack_deadline,
                            guides=guides)
             if found is not None:
@@ -246,8 +245,7 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
         for query, root in open_queries:
             if deadline.passed():
                 return finish(VerificationStatus.TIMEOUT)
-            now = time.monotonic()
-            budget = Deadline(min(deadline.at, now + TIGHTEN_SHARE * (deadline.at - now)))
+            budget = deadline.share(TIGHTEN_SHARE)
             root = tighten_root(network, query, root, dtype=dtype, stats=stats, deadline=budget)
             if not root.refuted:
                 tightened.append((query, root))
@@ -261,15 +259,13 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
             if deadline.passed():
                 return finish(VerificationStatus.TIMEOUT)
             # At most a share of the time left, so that the search keeps the larger part.
-            now = time.monotonic()
-            budget = Deadline(min(deadline.at, now + TIGHTEN_SHARE * (deadline.at - now)))
+            budget = deadline.share(TIGHTEN_SHARE)
             plans = conjunction_searches(network, query, dtype=dtype, deadline=budget, tighten=plans)
             stats.bound_calls += 1
             if not all(plan.refuted_at_root for plan, _ in plans) and dense_layers(network) is not None:
                 # A dense network's deeper layers are tightened further by LP (certified), within
                 # another share of the time left; the root is bounded again on them.
-                now = time.monotonic()
-                budget = Deadline(min(deadline.at, now + REFINE_SHARE * (deadline.at - now)))
+                budget = deadline.share(REFINE_SHARE)
                 root = plans[0][0].root_bounds.intermediate
                 refined = refine_bounds(network, query.lower, query.upper, root, deadline=budget.at)
                 plans = conjunction_searches(network, query, dtype=dtype, deadline=deadline, tighten=plans,

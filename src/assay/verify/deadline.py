@@ -36,6 +36,12 @@ class Deadline:
     def remaining(self) -> float:
         return self.at - time.monotonic()
 
+    def share(self, fraction: float) -> Deadline:
+        """A deadline ``fraction`` of the time left from now (a step that must leave the rest to
+        what follows it); never later than this one, and none where this one is none."""
+        now = time.monotonic()
+        return Deadline(min(self.at, now + fraction * (self.at - now)))
+
     def batch(self, largest: int) -> int:
         """How many domains the next round may bound: ``largest`` until a cost is known, then
         as many as fit in half the time left (at least 1)."""
