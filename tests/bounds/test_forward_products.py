@@ -87,17 +87,7 @@ def test_bounds_through_fixed_masks_hold_at_sampled_points(seed, masks, monkeypa
     monkeypatch.setattr(forward_products, "scaled_product", spy)
     result, positions = _relu_input_bounds(network, lower, upper)
     assert ("Mul", True) in taken and ("Div", True) in taken, f"the shortcut was not taken: {taken}"
-    x = sample_box(lower, upper, np.random.default_rng(seed), 2000)  # (n, B, *shape)
-    with torch.no_grad():
-        values = network.tensors(x.reshape(-1, *network.input_shape))
-    n, batch = x.shape[:2]
-    for k, position in enumerate(positions):
-        z = values[position].reshape(n, batch, -1)
-        low = result.intermediate.lower[k].reshape(batch, -1)
-        high = result.intermediate.upper[k].reshape(batch, -1)
-        assert bool((z >= low).all() and (z <= high).all()), f"ReLU input {k} escapes its bounds"
-    y = values[-1].reshape(n, batch, -1)
-    assert bool((y >= result.lower).all() and (y <= result.upper).all())
+    _sampled_points_within(network, result, positions, lower, upper, seed)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -163,11 +153,18 @@ def test_children_with_their_parents_bounds_skip_the_interval_pass_and_stay_soun
     result = compute_bounds(network, (child_lower, child_upper), method="crown", intermediate_method="forward",
                             intermediate=parents)
     assert len(passes) == 1, "an interval pass ran before the forward pass"
-    x = sample_box(child_lower, child_upper, np.random.default_rng(seed), 2000)
+    _sampled_points_within(network, result, plan_for(network, torch.float64).relu_positions, child_lower, child_upper,
+                           seed)
+
+
+def _sampled_points_within(network, result, positions, lower, upper, seed):
+    """2,000 points sampled in each box: every ReLU input (tensors ``positions``) and the output
+    lie within ``result``'s bounds."""
+    x = sample_box(lower, upper, np.random.default_rng(seed), 2000)  # (n, B, *shape)
     with torch.no_grad():
         values = network.tensors(x.reshape(-1, *network.input_shape))
     n, batch = x.shape[:2]
-    for k, position in enumerate(plan_for(network, torch.float64).relu_positions):
+    for k, position in enumerate(positions):
         z = values[position].reshape(n, batch, -1)
         low = result.intermediate.lower[k].reshape(batch, -1)
         high = result.intermediate.upper[k].reshape(batch, -1)
