@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import torch
 
-from assay.nn.ops.arith import Binary
-
 # A factor within this relative half-width of one value in every domain scales the other
 # factor's functions; a wider one leaves the product to its interval.
 POINT_FACTOR_WIDTH = 1e-6
 
 
 def scaled_product(stage, sources: list, bounds: list[tuple], input_magnitude: torch.Tensor):
-    """Both functions through ``x · z`` or ``x / z`` (a ``Binary`` Mul or Div, ``stage`` reading
-    ``sources``' functions with concrete ``bounds``) where one factor ``z`` (the divisor for Div)
+    """Both functions through ``x · z`` or ``x / z`` (``stage``'s rule has ``fixed_factor_product``
+    "Mul" or "Div"; it reads ``sources``' functions with concrete ``bounds``) where one factor ``z`` (the divisor for Div)
     lies in ``[m − r, m + r]`` with ``r ≤`` :data:`POINT_FACTOR_WIDTH` ``· |m|`` in every domain
     (a Div's ``z`` away from 0, read as ``x · (1/z)`` with ``1/z``'s interval rounded outwards)
     and ``x`` has the output's shape; None otherwise (the caller takes the product's interval).
@@ -31,17 +29,16 @@ def scaled_product(stage, sources: list, bounds: list[tuple], input_magnitude: t
     ``x·z = m·x + x·(z − m)`` with ``|x·(z − m)| ≤ X·r`` (``X``: the larger magnitude of x's
     bounds), and each side of ``m·x`` is m times the side of x its sign asks for
     (:func:`scaled`)."""
-    layer = stage.layer
-    if not isinstance(layer, Binary) or layer.kind not in ("Mul", "Div") or \
-            any(getattr(f, "columns", None) is not None for f in sources):
+    kind = getattr(stage.rule, "fixed_factor_product", None)  # the rule says whether it is such a product
+    if kind is None or any(getattr(f, "columns", None) is not None for f in sources):
         return None
     out_shape = tuple(stage.out_shape)
-    for k in ((1, 0) if layer.kind == "Mul" else (1,)):  # which source may be the fixed factor z
+    for k in ((1, 0) if kind == "Mul" else (1,)):  # which source may be the fixed factor z
         x, (zl, zu) = sources[1 - k], bounds[k]
         if tuple(x.c_lo.shape[1:]) != out_shape:
             continue
         u = _unit(zl.dtype)
-        if layer.kind == "Div":
+        if kind == "Div":
             if not bool(((zl > 0) | (zu < 0)).all()):
                 return None
             ql, qu = 1 / zu, 1 / zl  # 1/z is decreasing on each side of 0

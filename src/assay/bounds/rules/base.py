@@ -235,6 +235,9 @@ class MultiInputRule(LayerRule):
     # True when the operator keeps the order of its inputs along its axis (y_i ≥ y_j iff
     # x_i ≥ x_j), so that a comparison of two outputs can be read before it.
     keeps_order: ClassVar[bool] = False
+    # "Mul" or "Div" for a product of two tensors: where the boxes fix one factor, forward linear
+    # bounds scale the other factor's functions by it (assay.bounds.forward_products); None otherwise.
+    fixed_factor_product: ClassVar[str | None] = None
 
     def interval(self, layer, inputs) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError

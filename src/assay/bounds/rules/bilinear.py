@@ -106,6 +106,7 @@ class Product(MultiInputRule):
 
     parameters: ClassVar[int] = 1
     starts: ClassVar[tuple[float, ...]] = (1.0,)
+    fixed_factor_product: ClassVar[str | None] = "Mul"
 
     def interval(self, layer, inputs):
         x, z = inputs
@@ -133,6 +134,7 @@ class Quotient(MultiInputRule):
     mean of the second α over the outputs each element of ``b`` reaches)."""
 
     parameters: ClassVar[int] = 2
+    fixed_factor_product: ClassVar[str | None] = "Div"
     starts: ClassVar[tuple[float, ...]] = (1.0, 0.5)
 
     def interval(self, layer, inputs):
