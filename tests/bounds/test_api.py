@@ -161,7 +161,7 @@ def test_under_a_deadline_intermediate_bounds_come_in_chunks_sized_by_their_time
     """One chunk of a wide convolutional layer's neurons once took minutes and a 150 s timeout ran
     past 250 s: under a deadline the first chunk is small, the next ones are sized by the time the
     last took, and once the deadline passes no chunk starts (the rest keep their bounds)."""
-    from assay.bounds import api
+    from assay.bounds import tensor_bounds as api
 
     clock = [0.0]
     monkeypatch.setattr(api.time, "monotonic", lambda: clock[0])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from assay.bounds import api, center_radius, compute_bounds, interval_pass, plan_for
+from assay.bounds import center_radius, compute_bounds, interval_pass, plan_for, tensor_bounds
 from assay.bounds.grouped_rows import row_spacing
 from assay.bounds.relaxation import relax_relu
 from assay.nn import Add, AvgPool2d, Conv2d, Network, ReLU
@@ -35,11 +35,11 @@ def test_grouped_rows_give_each_neuron_its_own_walks_bounds(seed, dtype):
     center, radius = center_radius(lower, upper)
     grouped_layers = 0
     for position in plan.relu_positions:
-        grouped = api._crown_layer_bounds_grouped(plan, position, bounds, {}, center, radius, relax_relu)
+        grouped = tensor_bounds._crown_layer_bounds_grouped(plan, position, bounds, {}, center, radius, relax_relu)
         if grouped is None:
             continue
         grouped_layers += 1
-        single = api._crown_layer_bounds_padded(plan, position, bounds, {}, center, radius, relax_relu)
+        single = tensor_bounds._crown_layer_bounds_padded(plan, position, bounds, {}, center, radius, relax_relu)
         tolerance = 1e-9 if dtype == torch.float64 else 1e-3
         for g, s in zip(grouped, single):
             assert torch.allclose(g, s, rtol=tolerance, atol=tolerance), position

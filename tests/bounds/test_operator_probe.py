@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-import assay.bounds.api as api
+import assay.bounds.tensor_bounds as api
 from assay.bounds import compute_bounds
 from assay.nn import Linear, Network, ops
 from assay.sets import Box
