@@ -238,41 +238,18 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
                            guides=guides)
             if found is not None:
                 return finish(VerificationStatus.VIOLATED, found, query)
-    if strategy == "operator":
-        # The same for the general split: intermediate α-CROWN on the root (see tighten_root),
-        # within a share of the time left; the search inherits its bounds.
+    if strategy in ("operator", "relu"):
+        # A query that neither the root's bounds nor the attack settled gets a search; first its
+        # root is tightened once (intermediate α-CROWN, costly but inherited by every domain of the
+        # search), which often refutes it outright.
+        tighten = _tightened_operator_root if strategy == "operator" else _tightened_relu_roots
         tightened = []
         for query, root in open_queries:
             if deadline.passed():
                 return finish(VerificationStatus.TIMEOUT)
-            budget = deadline.share(TIGHTEN_SHARE)
-            root = tighten_root(network, query, root, dtype=dtype, stats=stats, deadline=budget)
-            if not root.refuted:
+            root, still_open = tighten(network, query, root, dtype, stats, deadline)
+            if still_open:
                 tightened.append((query, root))
-        open_queries = tightened
-    if strategy == "relu":
-        # A query that neither the root's bounds nor the attack settled gets a search; first its
-        # root's pre-activation bounds are tightened once (intermediate α-CROWN, costly but
-        # inherited by every domain of the search), which often refutes it outright.
-        tightened = []
-        for query, plans in open_queries:
-            if deadline.passed():
-                return finish(VerificationStatus.TIMEOUT)
-            # At most a share of the time left, so that the search keeps the larger part.
-            budget = deadline.share(TIGHTEN_SHARE)
-            plans = conjunction_searches(network, query, dtype=dtype, deadline=budget, tighten=plans)
-            stats.bound_calls += 1
-            if not all(plan.refuted_at_root for plan, _ in plans) and dense_layers(network) is not None:
-                # A dense network's deeper layers are tightened further by LP (certified), within
-                # another share of the time left; the root is bounded again on them.
-                budget = deadline.share(REFINE_SHARE)
-                root = plans[0][0].root_bounds.intermediate
-                refined = refine_bounds(network, query.lower, query.upper, root, deadline=budget.at)
-                plans = conjunction_searches(network, query, dtype=dtype, deadline=deadline, tighten=plans,
-                                             refined=refined)
-                stats.bound_calls += 1
-            if not all(plan.refuted_at_root for plan, _ in plans):
-                tightened.append((query, plans))
         open_queries = tightened
     memory_limit = options.memory_limit_bytes
 
@@ -312,6 +289,29 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
             if outcome.status is VerificationStatus.UNKNOWN:
                 worst = VerificationStatus.UNKNOWN
     return finish(worst)
+
+
+def _tightened_operator_root(network, query, root, dtype, stats, deadline: Deadline):
+    """The general split's root after :func:`tighten_root`, within a share of the time left (the
+    search keeps the larger part), and whether it is still open."""
+    root = tighten_root(network, query, root, dtype=dtype, stats=stats, deadline=deadline.share(TIGHTEN_SHARE))
+    return root, not root.refuted
+
+
+def _tightened_relu_roots(network, query, plans, dtype, stats, deadline: Deadline):
+    """ReLU splitting's per-conjunction plans with their roots' pre-activation bounds tightened
+    (within a share of the time left), and whether some conjunction is still open."""
+    plans = conjunction_searches(network, query, dtype=dtype, deadline=deadline.share(TIGHTEN_SHARE), tighten=plans)
+    stats.bound_calls += 1
+    if not all(plan.refuted_at_root for plan, _ in plans) and dense_layers(network) is not None:
+        # A dense network's deeper layers are tightened further by LP (certified), within
+        # another share of the time left; the root is bounded again on them.
+        budget = deadline.share(REFINE_SHARE)
+        root = plans[0][0].root_bounds.intermediate
+        refined = refine_bounds(network, query.lower, query.upper, root, deadline=budget.at)
+        plans = conjunction_searches(network, query, dtype=dtype, deadline=deadline, tighten=plans, refined=refined)
+        stats.bound_calls += 1
+    return plans, not all(plan.refuted_at_root for plan, _ in plans)
 
 
 def _families(queries: list[UnsafeQuery]) -> tuple[list[list[UnsafeQuery]], list[UnsafeQuery]]:
