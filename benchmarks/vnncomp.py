@@ -33,6 +33,8 @@ assay solved, best and second-best published tool solved on the same instances, 
 ``--summary`` only rebuilds that table from the per-benchmark results already written, prints it,
 and with ``--readme`` writes it into README.md between its ``vnncomp2024-verify-table`` markers
 (a benchmark with no results file on this machine keeps its row from there, marked "from an earlier run").
+The summary merges every results file of a benchmark, whatever its ``--name`` (a long benchmark
+run in pieces with ``--rows``): per instance, the verdict of the latest run that ran it.
 
 Published times are those of the competition's machines (a GPU or many cores), minus each
 tool's start-up overhead and floored at 1 s, as the official scoring computes them; assay's
@@ -256,7 +258,7 @@ def _leader(ranking: list[tuple[str, dict]], place: int) -> dict | None:
     return {"tool": tool, "correct": counts["correct"], "solved": counts["solved"]}
 
 
-def report(benchmark: str, args, total: int, records: list[dict], published: list[dict], tools: list[str],
+def report(benchmark: str, collection: str, args, total: int, records: list[dict], published: list[dict], tools: list[str],
            started: float, final: bool) -> tuple[str, dict]:
     ours = assay_counts(records)
     ranking = ranked(published, tools)
@@ -327,7 +329,7 @@ def report(benchmark: str, args, total: int, records: list[dict], published: lis
               f"tool's start-up overhead, at least 1 s. Wall time {time.perf_counter() - started:.0f} s.\n\n"
               + (f"Note: {args.note}\n\n" if args.note else "")
               + f"Machine: {machine()}\n")
-    payload = {"benchmark": benchmark, "complete": final, "limit": args.limit, "timeout_scale": args.timeout_scale,
+    payload = {"benchmark": benchmark, "collection": collection, "complete": final, "limit": args.limit, "timeout_scale": args.timeout_scale,
                "workers": args.workers, "note": args.note, "instances": len(records), "total_instances": total,
                "assay": ours, "published": dict(ranking), "best_published": best, "second_published": second,
                "consensus": consensus, "disagreements": disagreements, "errors": errors, "records": records,
@@ -410,10 +412,10 @@ def run_benchmark(parser, folder: Path, args) -> dict:
                 print(f"[{len(records)}/{len(chosen)}] #{row['index']} {row['network']} {row['property']}: {status} "
                       f"{record['seconds']:.1f}s (consensus {reference['consensus_cell']})"
                       + ("  DISAGREES WITH THE CONSENSUS" if record["disagrees"] else ""), flush=True)
-            table, payload = report(folder.name, args, len(instances), records, published, tools, started, final=False)
+            table, payload = report(folder.name, folder.parent.name, args, len(instances), records, published, tools, started, final=False)
             write_results(name, payload, table)
 
-    table, payload = report(folder.name, args, len(instances), records, published, tools, started, final=True)
+    table, payload = report(folder.name, folder.parent.name, args, len(instances), records, published, tools, started, final=True)
     write_results(name, payload, table)
     print(table)
     for r in payload["disagreements"]:
@@ -432,8 +434,8 @@ def summary(collection: Path, earlier: dict[str, list[str]] | None = None) -> tu
     """
     rows, benchmarks = [], {}
     for folder in sorted(p for p in collection.iterdir() if (p / "instances.csv").is_file()):
-        path = RESULTS / f"{results_name(folder)}.json"
-        if not path.is_file():
+        run = merged_run(folder)
+        if run is None:
             kept = (earlier or {}).get(folder.name)
             if kept is not None and kept[1] != "not run":
                 note = kept[-1] if EARLIER_RUN in kept[-1] else f"{EARLIER_RUN}; {kept[-1]}".removesuffix("; –")
@@ -441,15 +443,17 @@ def summary(collection: Path, earlier: dict[str, list[str]] | None = None) -> tu
             else:
                 rows.append([folder.name, "not run", "–", "–", "–", "–", "–"])
             continue
-        run = json.loads(path.read_text())
-        best, second, ours = run.get("best_published"), run.get("second_published"), run["assay"]
-        errors = run.get("errors") or []
+        best, second, ours = run["best_published"], run["second_published"], run["assay"]
+        errors = run["errors"]
         benchmarks[folder.name] = {key: run.get(key) for key in (
-            "complete", "instances", "total_instances", "limit", "timeout_scale", "assay", "best_published",
+            "complete", "instances", "total_instances", "timeout_scales", "runs", "assay", "best_published",
             "second_published", "errors")} | {"contradictions": len(run["disagreements"])}
-        note = "" if run["complete"] else "run in progress; "
-        if run.get("timeout_scale", 1.0) != 1.0:
-            note += f"timeouts × {run['timeout_scale']:g} of the published; "
+        note = "" if run["complete"] else "a run stopped or in progress; "
+        if len(run["runs"]) > 1:
+            note += f"{len(run['runs'])} runs merged, the latest verdict per instance; "
+        scales = run["timeout_scales"]
+        if scales != [1.0]:
+            note += "timeouts × " + " / ".join(f"{scale:g}" for scale in scales) + " of the published; "
         if ours.get("minority"):
             note += f"{ours['minority']} on the smaller side of a CONFLICT; "
         if errors:
@@ -470,6 +474,60 @@ def summary(collection: Path, earlier: dict[str, list[str]] | None = None) -> tu
               "contradictions: assay's verdicts against the published consensus. Per benchmark: "
               "`benchmarks/results/<collection>_<benchmark>.md`.\n")
     return table, {"collection": collection.name, "benchmarks": benchmarks, "machine": machine()}
+
+
+def runs_of(folder: Path) -> list[tuple[float, str, dict]]:
+    """Every results file of ``folder``'s benchmark in ``benchmarks/results`` (whatever its ``--name``),
+    oldest first, as (modification time, file name, payload).
+
+    A file counts only if it names this benchmark and each of its records is the row of this
+    benchmark's instances.csv it claims to be (index, network and property): a file of another
+    collection with the same benchmark name, or of an older instances.csv, is left out.
+    """
+    instances = read_instances(folder)
+    runs = []
+    for path in sorted(RESULTS.glob("*.json")):
+        try:
+            payload = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(payload, dict) or payload.get("benchmark") != folder.name:
+            continue
+        if payload.get("collection", folder.parent.name) != folder.parent.name:
+            continue
+        records = payload.get("records") or []
+        if not records or not all(
+                isinstance(r, dict) and 0 <= r.get("index", -1) < len(instances)
+                and (instances[r["index"]]["network"], instances[r["index"]]["property"]) == (r["network"], r["property"])
+                for r in records):
+            continue
+        runs.append((path.stat().st_mtime, path.name, payload))
+    return sorted(runs, key=lambda run: run[0])
+
+
+def merged_run(folder: Path) -> dict | None:
+    """The benchmark's results over all its runs (:func:`runs_of`): per instance the verdict of the
+    latest run that ran it, and the published tools' counts recomputed on those instances; None if
+    it was never run here."""
+    runs = runs_of(folder)
+    if not runs:
+        return None
+    latest = {}
+    for _, _, payload in runs:  # oldest first: a later run's record replaces an earlier one
+        for record in payload["records"]:
+            latest[record["index"]] = record
+    records = [latest[index] for index in sorted(latest)]
+    published_rows, tools = read_published(folder)
+    ranking = ranked([published_rows[r["index"]] for r in records], tools)
+    used = {name for _, name, payload in runs if any(latest[r["index"]] is r for r in payload["records"])}
+    kept = [(name, payload) for _, name, payload in runs if name in used]
+    return {"complete": all(payload["complete"] for _, payload in kept),
+            "instances": len(records), "total_instances": kept[-1][1]["total_instances"],
+            "timeout_scales": sorted({float(payload.get("timeout_scale", 1.0)) for _, payload in kept}),
+            "runs": [name for name, _ in kept], "assay": assay_counts(records),
+            "best_published": _leader(ranking, 0), "second_published": _leader(ranking, 1),
+            "disagreements": [r for r in records if r["disagrees"]],
+            "errors": sorted({r["error"] for r in records if r["assay"] == "error" and r["error"]})}
 
 
 # The note of a row kept from the README's earlier table.
