@@ -95,15 +95,16 @@ class GroupedRows:
             self._tables[tensor] = tuple(tables)
         return self._tables[tensor]
 
-    def reduce(self, tensor: int, products: torch.Tensor) -> torch.Tensor:
+    def reduce(self, tensor: int, products: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
         """Per-row sums of ``products`` (B, G, *shape of tensor): (B, R), each element summed into
-        the row of its group whose field holds it (elements held by none are zero and dropped)."""
+        the row of its group whose field holds it (elements held by none are zero and dropped).
+        ``dtype``: the sums' (products cast to it as they are summed; default theirs)."""
         batch, groups = products.shape[:2]
         if tensor not in self.fields:  # not reached: its coefficients are all zero
-            return products.new_zeros(batch, self.rows)
+            return products.new_zeros(batch, self.rows, dtype=dtype)
         rows_table, cols_table = self._table(tensor)
         _, height, width = self.plan.network.shapes[tensor]
-        grid = products.reshape(batch, groups, -1, height, width).sum(2)  # (B, G, H_t, W_t)
+        grid = products.reshape(batch, groups, -1, height, width).sum(2, dtype=dtype)  # (B, G, H_t, W_t)
         index = cols_table.view(1, groups, 1, width).expand(batch, groups, height, width)
         grid = grid.new_zeros(batch, groups, height, self.width + 1).scatter_add_(3, index, grid)
         index = rows_table.view(1, groups, height, 1).expand(batch, groups, height, self.width + 1)

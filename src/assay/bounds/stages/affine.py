@@ -197,14 +197,16 @@ class AffineStage(Stage):
             return sparse_linear(A, self.sparse.abs_weight_t)
         return self.backward(A, self.abs_weight)
 
-    def bias_term(self, A: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        """``A · b`` summed over the stage's output: shape (B, S)."""
-        bias = self.bias if bias is None else bias
-        if bias is None:
-            return A.new_zeros(A.shape[:2])
-        if self.kind == "linear":
-            return A.matmul(bias)
-        return A.sum(dim=(-2, -1)).matmul(bias)
+    def bias_term(self, A: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """``A · b`` summed over the stage's output: shape (B, S), in ``dtype`` (default A's); a
+        convolution's A is cast as it is summed over its positions, not copied."""
+        dtype = A.dtype if dtype is None else dtype
+        if self.bias is None:
+            return A.new_zeros(A.shape[:2], dtype=dtype)
+        bias = self.bias.to(dtype)
+        if self.kind == "linear":  # small: the copy costs little
+            return A.to(dtype).matmul(bias)
+        return A.sum(dim=(-2, -1), dtype=dtype).matmul(bias)
 
 
 # ---------------------------------------------------------------- IBP
@@ -307,13 +309,16 @@ def _cross_affine(walk, position: int, stage: AffineStage, A: torch.Tensor) -> N
         # the bias's terms added into b
         own = gamma(stage.fan + 2, plan.dtype) * walk.scales[position] if position in walk.scales else None
         if stage.bias is not None:
-            bias = walk.gamma_b64 * _bias_magnitudes(stage)
+            # grouped rows sum it by exact_dot (products in the working dtype), others by
+            # bias_term (A cast to float64)
+            share = walk.gamma_exact if walk.reduce is not None else walk.gamma_b64
+            bias = share * _bias_magnitudes(stage)
             own = bias if own is None else own + bias
         walk.error = walk.settle(position + 1, A, own)
     if stage.bias is not None and walk.reduce is not None:
         walk.b = walk.b + walk.exact_dot(position + 1, A, stage.bias.view(1, -1, *([1] * (len(stage.out_shape) - 1))))
     elif stage.bias is not None:
-        walk.b = walk.b + stage.bias_term(A.to(torch.float64), stage.bias.to(torch.float64))
+        walk.b = walk.b + stage.bias_term(A, dtype=torch.float64)
     walk.send(stage.sources[0], stage.backward(A))
 
 

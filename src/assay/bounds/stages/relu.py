@@ -79,7 +79,7 @@ def _cross_relu(walk, position: int, stage: ReluStage, A: torch.Tensor) -> None:
         walk.fixed[position] = fix
     relaxation = walk.relaxations.get(position) or walk.relax(*bounds[position])
     if walk.rounding:  # the intercepts' terms added into b (charged on |A| ≥ |A⁻|)
-        walk.error = walk.settle(position + 1, A, walk.gamma_b64 * relaxation.upper_intercept.abs())
+        walk.error = walk.settle(position + 1, A, walk.gamma_exact * relaxation.upper_intercept.abs())
     lower_slope = relaxation.lower_slope.unsqueeze(1)
     if position in walk.slopes:
         lower_slope = torch.where(relaxation.unstable.unsqueeze(1), walk.slopes[position], lower_slope)
