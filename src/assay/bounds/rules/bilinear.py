@@ -34,17 +34,19 @@ output gets the trivial bound (offset ``−inf``), never a finite one.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import ClassVar
 
 import torch
 
 from assay.bounds.rules import register, rule_for
-from assay.bounds.rules.base import ElementwiseRule, MultiInputRule, widen
+from assay.bounds.rules.base import Crossing, ElementwiseRule, MultiInputRule, widen
 from assay.bounds.rules.multi import aligned_bounds, gamma, interval_sum, parameter, product_corners, settled, sum_to, underflow
+from assay.bounds.rules.quadratic import quadratic_partner, tangent_crossing
 from assay.nn.ops.activation import Reciprocal
 from assay.nn.ops.arith import Binary, MatMul
 
-__all__ = ["Product", "Quotient", "MatrixProduct"]
+__all__ = ["Product", "QuadraticProduct", "Quotient", "MatrixProduct"]
 
 _RECIPROCAL = Reciprocal()
 
@@ -115,6 +117,33 @@ class Product(MultiInputRule):
     def backward(self, layer, A, inputs, alpha=None):
         x, z = inputs
         return settled(*_product_crossing(A, x, z, alpha))
+
+    def stage(self, network, index, layer, dtype):
+        """A product of a vector with an affine image of itself (``s ⊙ (W s + c)``, ``s ⊙ s``) in a
+        float64 plan is crossed as its quadratic form (:class:`QuadraticProduct`)."""
+        stage = super().stage(network, index, layer, dtype)
+        partner = quadratic_partner(network, index) if dtype == torch.float64 else None
+        return stage if partner is None else replace(stage, rule=QuadraticProduct(*partner))
+
+
+class QuadraticProduct(Product):
+    """``y = s ⊙ (W s + c)`` (one factor an affine image of the other, ``order``: which factor is
+    ``s``): rows whose quadratic form is convex take its tangent plane at the form's minimiser over
+    the box, the others McCormick's planes (:mod:`assay.bounds.rules.quadratic`). One per stage,
+    built by :meth:`Product.stage`."""
+
+    def __init__(self, order: int, W: torch.Tensor, c: torch.Tensor):
+        self.order, self.W, self.c = order, W, c
+
+    def backward(self, layer, A, inputs, alpha=None):
+        x, z = inputs
+        coefficients, offset, rounding = _product_crossing(A, x, z, alpha)
+        lower, upper = inputs[self.order]
+        flat = A.expand(lower.shape[0], *A.shape[1:]).reshape(lower.shape[0], A.shape[1], -1)
+        on_s, on_image = coefficients if self.order == 0 else coefficients[::-1]
+        crossing = tangent_crossing(flat, self.W, self.c, lower, upper, ((on_s, on_image), offset, rounding))
+        on_s, on_image = crossing.coefficients
+        return Crossing((on_s, on_image) if self.order == 0 else (on_image, on_s), crossing.offset, crossing.rounding)
 
 
 def _reciprocal_interval(lower, upper):
