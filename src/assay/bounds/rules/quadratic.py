@@ -40,7 +40,7 @@ import torch
 from assay.bounds.rounding import unit_roundoff
 from assay.bounds.rules.multi import gamma, settled, underflow
 
-__all__ = ["MAX_ELEMENTS", "quadratic_partner", "box_minimiser", "tangent_crossing"]
+__all__ = ["MAX_ELEMENTS", "quadratic_partner", "box_minimiser", "tangent_plane", "tangent_crossing", "distinct_rows"]
 
 # The form's matrix is n × n per row and box: beyond this many elements McCormick's planes stay.
 MAX_ELEMENTS = 64
@@ -143,6 +143,19 @@ def tangent_plane(Q: torch.Tensor, p: torch.Tensor, lower: torch.Tensor, upper: 
     return 2 * Qp, -(p * Qp).sum(-1), owed, convex
 
 
+def distinct_rows(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of ``A`` (B, S, …) equal on every box are crossed once: ``(first, inverse)`` with
+    ``A[:, first[inverse]] == A`` (a disjunction's groups repeat a shared row, as lsnc's 13 groups
+    repeat ``V(x) ≤ ρ``)."""
+    S = A.shape[1]
+    with torch.no_grad():
+        flat = A.detach().transpose(0, 1).reshape(S, -1)
+        _, inverse = torch.unique(flat, dim=0, return_inverse=True)
+        first = torch.full((int(inverse.max()) + 1,), S, dtype=torch.long)
+        first = first.scatter_reduce(0, inverse, torch.arange(S), reduce="amin")
+    return first, inverse
+
+
 def tangent_crossing(A: torch.Tensor, W: torch.Tensor, c: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor,
                      mccormick):
     """The crossing of ``y = s ⊙ (W s + c)`` for rows ``A`` (B, S, n) where their form is convex,
@@ -150,6 +163,8 @@ def tangent_crossing(A: torch.Tensor, W: torch.Tensor, c: torch.Tensor, lower: t
     of the other rows, not yet settled). ``lower``, ``upper`` (B, n): the bounds of ``s``.
     Returns the merged crossing, settled (see :func:`~assay.bounds.rules.multi.settled`)."""
     (on_s, on_image), offset, rounding = mccormick
+    first, inverse = distinct_rows(A)
+    A = A[:, first]
     B, S, n = A.shape
     finite = torch.isfinite(lower).all(1) & torch.isfinite(upper).all(1)  # (B,)
     with torch.no_grad():
@@ -176,12 +191,13 @@ def tangent_crossing(A: torch.Tensor, W: torch.Tensor, c: torch.Tensor, lower: t
         convex = convex & torch.isfinite(owed)
     chosen = torch.zeros(B, S, dtype=torch.bool)
     chosen[box[convex], row[convex]] = True
-    k_full = torch.zeros_like(on_s)
+    k_full = torch.zeros(B, S, n, dtype=on_s.dtype)
     k_full[box, row] = k.to(on_s.dtype)
-    o_full = torch.zeros_like(offset)
+    o_full = torch.zeros(B, S, dtype=offset.dtype)
     o_full[box, row] = o.to(offset.dtype)
-    owed_full = torch.zeros_like(rounding)
+    owed_full = torch.zeros(B, S, dtype=rounding.dtype)
     owed_full[box, row] = owed.to(rounding.dtype)
+    chosen, k_full, o_full, owed_full = (t[:, inverse] for t in (chosen, k_full, o_full, owed_full))
     pick = chosen.unsqueeze(-1)
     on_s = torch.where(pick, k_full, on_s)
     on_image = torch.where(pick, torch.zeros_like(on_image), on_image)
