@@ -128,13 +128,25 @@ def factor_lines(stage, walk):
             C = torch.cat([eye, -eye]).unsqueeze(0).expand(batch, 2 * n, n)
             d = torch.zeros(batch, 2 * n, dtype=walk.plan.dtype)
             back = backsubstitute(walk.plan, source, C.reshape(batch, 2 * n, *walk.bounds[source][0].shape[1:]), d,
-                                  walk.bounds, walk.deltas, relax=walk.relax)
+                                  walk.bounds, walk.deltas, relax=_banded_relu)
             _, margin = concretize(walk.plan, back, center.reshape(lower.shape), radius.reshape(lower.shape))
             A = back.A.reshape(batch, 2 * n, -1)
             b = back.b - margin
             lines.append((A[:, :n], b[:, :n], -A[:, n:], -b[:, n:]))
     _LINES[stage] = (key, lines)
     return lines
+
+
+def _banded_relu(lower: torch.Tensor, upper: torch.Tensor):
+    """ReLU's relaxation with the lower slope equal to the chord's (any slope in [0, 1] is sound):
+    the two sides are parallel, a band of constant height (the triangle's), so a factor's lower and
+    upper lines stay close to parallel and their gap, which bounds ``e``, stays near the relaxation's
+    own error instead of growing to a pre-activation bound at a corner of the box."""
+    from assay.bounds.relaxation import ReluRelaxation, relax_relu
+
+    relaxation = relax_relu(lower, upper)
+    slope = torch.where(relaxation.unstable, relaxation.upper_slope, relaxation.lower_slope)
+    return ReluRelaxation(slope, relaxation.upper_slope, relaxation.upper_intercept, relaxation.unstable)
 
 
 def _anchored_products(R, p, lower, upper):
