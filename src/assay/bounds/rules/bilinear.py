@@ -152,7 +152,7 @@ class LinearizedProduct(Product):
         x, z = (walk.bounds[s] for s in stage.sources)
         mccormick = _product_crossing(A, x, z, alpha)
         flat = A.expand(x[0].shape[0], *A.shape[1:]).reshape(x[0].shape[0], A.shape[1], -1)
-        coefficients, offset, rounding, on_input = linearized_crossing(flat, stage, walk, mccormick, _product_crossing)
+        coefficients, offset, rounding, on_input = linearized_crossing(flat, stage, walk, mccormick)
         return Crossing(coefficients, offset, rounding, on_input)
 
 

@@ -20,9 +20,10 @@ part ``Q⁺`` (its eigenvalues clipped at 0), crossed by the tangent plane at th
 over the box (exact there; :func:`~assay.bounds.rules.quadratic.tangent_plane`), and the rest
 ``R = Q − Q⁺`` (small where the form is nearly convex), each term ``R_jk x_j x_k`` by the
 McCormick plane (the tangent for ``R_jj ≥ 0``, the chord below 0) anchored nearest that point.
-The two other sums are McCormick products of an interval ``e`` and a factor (``m_a`` over its
-box, or ``b``'s own interval); their coefficient on ``e`` is taken at its worst end, and the one
-on ``b`` through ``b``'s linear bounds. Everything lands on the input: the crossing's coefficients
+In the two other sums ``e`` is taken at its worst end for each value of the other factor
+(``m_a`` over the box, or ``b`` in its interval): a minimum of two lines, concave, so its chord
+over that factor's interval lies below it; the chord's slope on ``b`` goes through ``b``'s
+linear bounds. Everything lands on the input: the crossing's coefficients
 go to tensor 0 (:attr:`~assay.bounds.rules.base.Crossing.on_input`), none to the factors.
 
 Each row takes this crossing or McCormick's, whichever gives the higher lower bound over the box
@@ -177,6 +178,33 @@ def _anchored_products(R, p, lower, upper):
     return coefficients, offset, owed
 
 
+def _worst_end_chord(w, m, e):
+    """A line under ``w_i m_i e_i`` for every ``m_i ∈ [m_lo, m_hi]`` and ``e_i ∈ [e_lo, e_hi]``:
+    ``φ(m) = min(w m e_lo, w m e_hi)`` is concave in m, so its chord over m's interval lies below it.
+    Returns (slope (K, n), offset (K,): Σ_i of the intercepts), the intercepts lowered by the
+    rounding of φ at both ends and of the chord itself, so ``Σ_i w_i m_i e_i ≥ slope·m + offset``
+    holds exactly (the sum of the offsets is the caller's to charge)."""
+    (m_lo, m_hi), (e_lo, e_hi) = m, e
+    phi_lo = torch.minimum(w * m_lo * e_lo, w * m_lo * e_hi)
+    phi_hi = torch.minimum(w * m_hi * e_lo, w * m_hi * e_hi)
+    width = m_hi - m_lo
+    slope = torch.where(width > 0, (phi_hi - phi_lo) / torch.where(width > 0, width, torch.ones_like(width)),
+                        torch.zeros_like(width))
+    at_lo, at_hi = phi_lo - slope * m_lo, phi_hi - slope * m_hi
+    with torch.no_grad():
+        e_mag = torch.maximum(e_lo.abs(), e_hi.abs())
+        w_abs = w.detach().abs()
+
+        def margin(m_end, at):  # φ's two roundings, the slope's product and the subtraction
+            return gamma(4, torch.float64) * (w_abs * m_end.abs() * e_mag + slope.detach().abs() * m_end.abs()
+                                              + at.detach().abs()) + 4 * underflow(torch.float64)
+
+        low = torch.minimum(at_lo.detach() - margin(m_lo, at_lo), at_hi.detach() - margin(m_hi, at_hi))
+    # the intercept: the lower of the two ends' (each made sound), as a differentiable value
+    intercept = torch.minimum(at_lo, at_hi) - (torch.minimum(at_lo.detach(), at_hi.detach()) - low)
+    return slope, intercept.sum(-1)
+
+
 def _positive_part(Q):
     """``Q⁺``: the eigenvalues of symmetric Q clipped at 0 (any symmetric matrix is sound here: the
     tangent plane checks its own semidefiniteness, and ``R = Q − Q⁺`` takes the rest)."""
@@ -185,11 +213,10 @@ def _positive_part(Q):
     return (positive + positive.transpose(-1, -2)) / 2
 
 
-def linearized_crossing(A, stage, walk, mccormick, product_crossing):
+def linearized_crossing(A, stage, walk, mccormick):
     """The crossing of ``y = a ⊙ b`` for rows ``A`` (B, S, n) through its factors' linear bounds
     (module docstring), for the rows where it beats McCormick's (``mccormick``: that crossing,
-    not yet settled). ``product_crossing``: McCormick's crossing function (A, x, z, alpha) →
-    ((on x, on z), offset, rounding). Returns ``(coefficients on a, on b), offset, rounding, on
+    not yet settled). Returns ``(coefficients on a, on b), offset, rounding, on
     the input`` (B, S, d) — settled."""
     (on_a, on_b), offset, rounding = mccormick
     B, S_all, n = A.shape
@@ -248,25 +275,21 @@ def linearized_crossing(A, stage, walk, mccormick, product_crossing):
     on_x = h + coefficients + r_coefficients
     total = k + constant + r_offset
     owed = owed + r_owed
-    # Σ w_i m_a,i e_b,i: McCormick on (m_a, e_b); e_b at its worst end
-    (c_m, c_e), o1, q1 = product_crossing(w.unsqueeze(1), ma, eb, None)
-    c_m, c_e = c_m[:, 0], c_e[:, 0]
+    # Σ w_i m_a,i e_b,i and Σ w_i e_a,i b_i: e at its worst end for each value of the other factor,
+    # whose chord over that factor's interval lies below (a minimum of two lines is concave)
+    c_m, o1 = _worst_end_chord(w, ma, eb)
     on_x = on_x + torch.einsum("ki,kij->kj", c_m, ca)
-    total = total + o1[:, 0] + (c_m * da).sum(-1) + torch.minimum(c_e * eb[0], c_e * eb[1]).sum(-1)
-    # Σ w_i e_a,i b_i: McCormick on (e_a, b); e_a at its worst end, b through its linear bounds
-    (c_e2, c_b), o2, q2 = product_crossing(w.unsqueeze(1), ea, (b_lo.reshape(B, -1)[box], b_hi.reshape(B, -1)[box]),
-                                           None)
-    c_e2, c_b = c_e2[:, 0], c_b[:, 0]
-    pos, neg = c_b.clamp(min=0), c_b.clamp(max=0)
+    total = total + o1 + (c_m * da).sum(-1)
+    c_b, o2 = _worst_end_chord(w, (b_lo.reshape(B, -1)[box], b_hi.reshape(B, -1)[box]), ea)
+    pos, neg = c_b.clamp(min=0), c_b.clamp(max=0)  # b through its linear bounds
     on_x = on_x + torch.einsum("ki,kij->kj", pos, lb(bLA)) + torch.einsum("ki,kij->kj", neg, lb(bUA))
-    total = total + o2[:, 0] + (pos * lb(bLb) + neg * lb(bUb)).sum(-1) + torch.minimum(c_e2 * ea[0], c_e2 * ea[1]).sum(-1)
+    total = total + o2 + (pos * lb(bLb) + neg * lb(bUb)).sum(-1)
     with torch.no_grad():
         lines = (c_m.abs().unsqueeze(-1) * ca.abs()).sum(1) + (c_b.abs().unsqueeze(-1) * torch.maximum(
             lb(bLA).abs(), lb(bUA).abs())).sum(1)
-        owed = owed + q1[:, 0] + q2[:, 0] + gamma(n + d + 6, torch.float64) * (
+        owed = owed + gamma(n + d + 6, torch.float64) * (
             (lines * mag).sum(-1) + (c_m.abs() * da.abs()).sum(-1) + (c_b.abs() * torch.maximum(lb(bLb).abs(), lb(bUb).abs())).sum(-1)
-            + (c_e.abs() * torch.maximum(eb[0].abs(), eb[1].abs())).sum(-1)
-            + (c_e2.abs() * torch.maximum(ea[0].abs(), ea[1].abs())).sum(-1) + total.detach().abs())
+            + (o1.abs() + o2.abs() + total.detach().abs()))
         owed = 2 * owed + 64 * (n + d) ** 2 * underflow(torch.float64)
         # McCormick's rows carried through the same lines, for the choice
         original = first[row]  # the McCormick row each distinct row stands for
