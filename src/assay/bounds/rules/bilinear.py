@@ -48,7 +48,7 @@ import torch
 
 from assay.bounds.rules import register, rule_for
 from assay.bounds.rules.base import Crossing, ElementwiseRule, MultiInputRule, widen
-from assay.bounds.rules.linearized import linearizable, linearized_crossing
+from assay.bounds.rules.linearized import factor_intervals, linearizable, linearized_crossing
 from assay.bounds.rules.multi import aligned_bounds, gamma, interval_sum, parameter, product_corners, settled, sum_to, underflow
 from assay.bounds.rules.quadratic import quadratic_partner, tangent_crossing
 from assay.nn.ops.activation import Reciprocal
@@ -149,7 +149,7 @@ class LinearizedProduct(Product):
     walks: ClassVar[bool] = True
 
     def backward_walk(self, stage, A, walk, alpha=None):
-        x, z = (walk.bounds[s] for s in stage.sources)
+        x, z = factor_intervals(stage, walk)
         mccormick = _product_crossing(A, x, z, alpha)
         flat = A.expand(x[0].shape[0], *A.shape[1:]).reshape(x[0].shape[0], A.shape[1], -1)
         coefficients, offset, rounding, on_input = linearized_crossing(flat, stage, walk, mccormick)

@@ -138,6 +138,22 @@ def factor_lines(stage, walk):
     return lines
 
 
+def factor_intervals(stage, walk):
+    """The factors' intervals: the walk's bounds, narrowed to their linear bounds' range over the
+    box (the plan does not refine a tensor only such products read, see
+    :attr:`~assay.bounds.plan.Plan.lined_tensors`; their lines bound it instead)."""
+    lower, upper = (t.reshape(t.shape[0], -1).to(torch.float64) for t in walk.bounds[0])
+    L3, U3 = lower.unsqueeze(1), upper.unsqueeze(1)
+    out = []
+    for source, (LA, Lb, UA, Ub) in zip(stage.sources, factor_lines(stage, walk)):
+        lo, hi = walk.bounds[source]
+        line_lo, line_hi = _box_range(LA, Lb, L3, U3)[0], _box_range(UA, Ub, L3, U3)[1]
+        lo = torch.maximum(lo, line_lo.reshape(lo.shape).to(lo.dtype))
+        hi = torch.minimum(hi, line_hi.reshape(hi.shape).to(hi.dtype))
+        out.append((lo, torch.maximum(hi, lo)))
+    return out
+
+
 def _banded_relu(lower: torch.Tensor, upper: torch.Tensor):
     """ReLU's relaxation with the lower slope equal to the chord's (any slope in [0, 1] is sound):
     the two sides are parallel, a band of constant height (the triangle's), so a factor's lower and
@@ -230,7 +246,7 @@ def linearized_crossing(A, stage, walk, mccormick):
     if pick.shape[0] == 0:
         return _settle(on_a, on_b, offset, rounding, on_input)
     (aLA, aLb, aUA, aUb), (bLA, bLb, bUA, bUb) = factor_lines(stage, walk)
-    (b_lo, b_hi) = walk.bounds[stage.sources[1]]
+    (b_lo, b_hi) = factor_intervals(stage, walk)[1]
     box, row = pick[:, 0], pick[:, 1]
     w = A[box, row]  # (K, n)
     l, u = xl[box], xu[box]  # (K, d)
