@@ -129,7 +129,8 @@ def factor_lines(stage, walk):
             C = torch.cat([eye, -eye]).unsqueeze(0).expand(batch, 2 * n, n)
             d = torch.zeros(batch, 2 * n, dtype=walk.plan.dtype)
             back = backsubstitute(walk.plan, source, C.reshape(batch, 2 * n, *walk.bounds[source][0].shape[1:]), d,
-                                  walk.bounds, walk.deltas, relax=_banded_relu)
+                                  walk.bounds, walk.deltas, relax=_banded_relu,
+                                  operator_alphas=_banded_products(walk.plan, source, batch))
             _, margin = concretize(walk.plan, back, center.reshape(lower.shape), radius.reshape(lower.shape))
             A = back.A.reshape(batch, 2 * n, -1)
             b = back.b - margin
@@ -152,6 +153,17 @@ def factor_intervals(stage, walk):
         hi = torch.minimum(hi, line_hi.reshape(hi.shape).to(hi.dtype))
         out.append((lo, torch.maximum(hi, lo)))
     return out
+
+
+def _banded_products(plan, tensor: int, batch: int) -> dict:
+    """McCormick's α = 1/2 for the products a factor's walk crosses: the mean of each side's two
+    planes, parallel to the other side's, a band of constant height (half the corners' spread)
+    where α = 1 leaves a gap that reaches the whole spread at one corner (any α is sound)."""
+    alphas = {}
+    for position, stage in enumerate(plan.stages[:tensor]):
+        if getattr(stage, "general", False) and getattr(stage.rule, "fixed_factor_product", None) == "Mul":
+            alphas[position] = (torch.full((batch, *stage.out_shape), 0.5, dtype=plan.dtype),)
+    return alphas
 
 
 def _banded_relu(lower: torch.Tensor, upper: torch.Tensor):
