@@ -8,8 +8,9 @@ lsnc's open boxes the decrease is nearly convex in x (box-scaled Hessian eigenva
 against −0.003…−0.016), and McCormick's slack was most of the bound's gap.
 
 **The crossing.** Each factor ``f ∈ {a, b}`` of ``y = a ⊙ b`` (vectors of n elements) gets CROWN
-linear bounds ``L_f(x) ≤ f ≤ U_f(x)`` on the box (a backward walk from the factor, with the
-walk's relaxations: :func:`~assay.bounds.crown.backsubstitute`); ``m_f = (L_f + U_f)/2`` and
+linear bounds ``L_f(x) ≤ f ≤ U_f(x)`` on the box (a backward walk from the factor,
+:func:`~assay.bounds.crown.backsubstitute`, whose ReLUs and products take parallel sides, a band
+of constant height: :func:`_banded_relu`, :func:`_banded_products`); ``m_f = (L_f + U_f)/2`` and
 ``e_f = f − m_f(x)``, which lies in an interval ``[e_lo, e_hi]`` (the linear bounds' gap, small
 where they are tight). Exactly,
 
