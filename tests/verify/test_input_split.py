@@ -188,3 +188,31 @@ def test_input_rounds_grow_only_on_networks_of_small_tensors():
     acas_sized = random_network(0, widths=(5, 50, 50, 50, 50, 50, 50, 5))  # 615 elements a box
     assert input_round_size(acas_sized, 1024) == 1024
     assert input_round_size(acas_sized, 100) > 100  # a small batch still grows, up to the element budget
+
+
+def test_a_row_repeated_across_conjunctions_is_bounded_once_with_the_same_bounds():
+    """A query whose conjunctions share a row (lsnc: every group holds V(x) ≤ ρ) gets, for each
+    repeat, exactly the bounds and linear bounds of bounding every row as given."""
+    from assay.bounds import compute_bounds
+    from assay.verify.input_split import _distinct_spec_rows, bound_boxes
+    from assay.verify.problem import from_unsafe
+    from assay.verify.search import SearchStats
+    from tests.verify.test_verify import random_network
+
+    network = random_network(3, widths=(3, 16, 16, 3))
+    rng = np.random.default_rng(4)
+    lower = torch.as_tensor(rng.uniform(-1, 0.6, (50, 3)))
+    upper = lower + torch.as_tensor(rng.uniform(0.05, 0.4, (50, 3)))
+    shared = torch.tensor([[0.0, 0.0, -1.0]], dtype=torch.float64)
+    unsafe = SimpleNamespace(conjunctions=tuple(
+        SimpleNamespace(C=torch.cat([torch.tensor([row], dtype=torch.float64), shared]), d=torch.tensor([0.1, 0.2]))
+        for row in ([1.0, -1.0, 0.0], [0.0, 1.0, -1.0], [1.0, 0.0, 0.0])))
+    query = from_unsafe(network, SimpleNamespace(lower=-torch.ones(3), upper=torch.ones(3)), unsafe)[0]
+    C, d, inverse = _distinct_spec_rows(query.C, query.d)
+    assert C.shape[0] == 4 and torch.equal(C[inverse], query.C) and torch.equal(d[inverse], query.d)
+    result, _ = bound_boxes(network, query, lower, upper, None, "crown", "float64", SearchStats(), {})
+    every = compute_bounds(network, (lower, upper), spec=(query.C, query.d), method="crown", dtype="float64",
+                           sides="upper", return_linear=True)
+    assert torch.allclose(result.upper, every.upper, rtol=0, atol=1e-12)
+    assert torch.allclose(result.linear.upper_A, every.linear.upper_A, rtol=0, atol=1e-12)
+    assert torch.allclose(result.linear.upper_b, every.linear.upper_b, rtol=0, atol=1e-12)

@@ -505,10 +505,11 @@ def _charge_spec_rounding(spec_change, output_bounds, result_lower, result_upper
 def _refined_tensors(plan: Plan, fixed_layers: int) -> list[int]:
     """The tensors CROWN bounds before the output, in order: the inputs of the ReLU layers after
     the first ``fixed_layers``, and every tensor a non-linear general operator reads (the
-    network's input excepted: its bounds are the domain)."""
+    network's input excepted: its bounds are the domain; so are the tensors only rules that walk
+    to their linear bounds themselves read, :attr:`Plan.lined_tensors`)."""
     first = plan.relu_positions[fixed_layers - 1] + 1 if fixed_layers else 1
     return sorted({p for p in plan.relu_positions[fixed_layers:]}
-                  | {t for t in plan.operator_inputs if t >= first})
+                  | {t for t in plan.operator_inputs if t >= first and t not in plan.lined_tensors})
 
 
 def _hybrid_walks(plan: Plan) -> dict[int, int]:

@@ -154,6 +154,9 @@ def backsubstitute(
     walk.pending = {target: (C,)}
     walk.received = {target: 1}
     stop = 0 if cut is None else cut.tensor
+    # whether a stage may send coefficients straight to the input (see OperatorStage): the walk
+    # runs to it, with its rows as given
+    walk.reaches_input = stop == 0 and not forks and reduce is None
     for position in range(target - 1, stop - 1, -1):
         if position + 1 not in walk.pending:
             continue  # the stage's output does not reach the target

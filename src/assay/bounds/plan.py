@@ -53,6 +53,16 @@ class Plan:
                                        for source in s.sources})
         # Those whose bounds IntermediateBounds carries (the input's are the domain itself).
         self.operator_tensors = [t for t in self.operator_inputs if t > 0]
+        # Those read only by rules that walk to their sources' linear bounds themselves
+        # (assay.bounds.rules.linearized): CROWN does not refine them first (the rule's own walk
+        # bounds them; IBP's interval stands for the rest).
+        readers: dict[int, list] = {}
+        for s in self.stages:
+            if s.general and s.nonlinear:
+                for source in s.sources:
+                    readers.setdefault(source, []).append(s)
+        self.lined_tensors = {t for t, stages in readers.items() if t > 0
+                              and all(getattr(s.rule, "walks", False) for s in stages)}
         self.is_general = any(s.general for s in self.stages)
         # general operators whose relaxation has free parameters (α-CROWN tunes them)
         self.parametrised_operators = [i for i, s in enumerate(self.stages) if s.general and s.parameters]

@@ -409,13 +409,17 @@ def bound_boxes(network, query, lower, upper, parents, method, dtype, stats, gri
         parents = compute_bounds(network, (lower.reshape(-1, *shape), upper.reshape(-1, *shape)), method="ibp",
                                  dtype=dtype).intermediate
         refine_intermediate = False
+    # a disjunction's groups often repeat a row (lsnc's 13 groups each hold V(x) ≤ ρ): each
+    # distinct row is bounded once and its bounds copied to its repeats
+    C_distinct, d_distinct, inverse = _distinct_spec_rows(C, d)
     result = compute_bounds(
-        network, (lower.reshape(-1, *shape), upper.reshape(-1, *shape)), spec=(C, d),
+        network, (lower.reshape(-1, *shape), upper.reshape(-1, *shape)), spec=(C_distinct, d_distinct),
         method=first, dtype=dtype, sides="upper", return_linear=True, intermediate=parents,
         refine_intermediate=refine_intermediate, intermediate_method=intermediate_method,
         weight_perturbation=weight_perturbation, fixed_layers=fixed_layers,
         deadline=None if deadline is None else deadline.at,
     )
+    result = _repeated_rows(result, inverse)
     stats.bound_calls += 1
     stats.domains += lower.shape[0]
     # A conjunction is unreachable on a box when max_x min_i row_i(x) < 0 there.
@@ -426,7 +430,7 @@ def bound_boxes(network, query, lower, upper, parents, method, dtype, stats, gri
     if method != "alpha" or not open_.any():
         return result, group_upper
     sub_lower, sub_upper = lower[open_], upper[open_]
-    sub_spec = (C, d) if spec is None else (C[open_], d[open_])
+    sub_spec = (C_distinct, d_distinct) if spec is None else (C[open_], d[open_])
     tighter = compute_bounds(
         network, (sub_lower.reshape(-1, *shape), sub_upper.reshape(-1, *shape)), spec=sub_spec,
         method="alpha", dtype=dtype, sides="upper", return_linear=True,
@@ -434,6 +438,8 @@ def bound_boxes(network, query, lower, upper, parents, method, dtype, stats, gri
         deadline=None if deadline is None else deadline.at, weight_perturbation=weight_perturbation,
     )
     stats.bound_calls += 1
+    if spec is None:
+        tighter = _repeated_rows(tighter, inverse)
     tighter_group = torch.minimum(group_upper[open_], _conjunction_upper(tighter, sub_lower, sub_upper, query.groups, grids))
     if ledger is not None:
         ledger.record(int(open_.sum()), int((tighter_group < 0).all(1).sum()))
@@ -589,6 +595,34 @@ def _pass_costs(plan: Plan, inputs: int) -> tuple[int, int]:
         elif getattr(layer, "weight", None) is not None:
             before += layer.weight.numel()
     return backward, inputs * before
+
+
+def _distinct_spec_rows(C: torch.Tensor, d: torch.Tensor):
+    """The distinct rows of ``(C, d)`` (a query's rows (m, n_out), (m,); per-box rows (B, m, n_out)
+    are kept as they are) and, per original row, its distinct row: ``(C', d', inverse)`` with
+    ``C'[inverse] == C``; ``inverse`` None where every row is distinct or the rows are per box."""
+    if C.dim() != 2:
+        return C, d, None
+    rows = torch.cat([C.reshape(C.shape[0], -1), d.reshape(-1, 1).to(C.dtype)], 1)
+    distinct, inverse = torch.unique(rows, dim=0, return_inverse=True)
+    if distinct.shape[0] == C.shape[0]:
+        return C, d, None
+    first = torch.full((distinct.shape[0],), C.shape[0], dtype=torch.long).scatter_reduce(
+        0, inverse, torch.arange(C.shape[0]), reduce="amin")
+    return C[first], d[first], inverse
+
+
+def _repeated_rows(result: BoundsResult, inverse: torch.Tensor | None) -> BoundsResult:
+    """``result`` (bounds of the distinct rows) with every original row's bounds: row s takes
+    distinct row ``inverse[s]``'s (the same row, so the same bounds)."""
+    if inverse is None:
+        return result
+    linear = result.linear
+    if linear is not None:
+        pick = lambda t: None if t is None else t[:, inverse]  # noqa: E731
+        linear = LinearBounds(pick(linear.lower_A), pick(linear.lower_b), pick(linear.upper_A), pick(linear.upper_b))
+    return BoundsResult(result.lower[:, inverse], result.upper[:, inverse], result.method, linear, result.intermediate,
+                        result.C[:, inverse], result.d[:, inverse], result.stats)
 
 
 def _replace_rows(result: BoundsResult, tighter: BoundsResult, where: torch.Tensor) -> BoundsResult:

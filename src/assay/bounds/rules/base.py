@@ -75,6 +75,9 @@ class Crossing:
     coefficients: tuple[torch.Tensor, ...]
     offset: torch.Tensor
     rounding: torch.Tensor
+    # (B, S, *input shape): coefficients on the network's input (tensor 0) besides the sources'
+    # (a product crossed through its factors' linear bounds, assay.bounds.rules.linearized)
+    on_input: torch.Tensor | None = None
 
 
 def dot(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

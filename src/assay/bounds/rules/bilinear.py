@@ -23,6 +23,13 @@ for ``MatMul``), one on z ``c_z``, the offset sums ``k``-term products over all 
 (the γ of :func:`~assay.bounds.rules.multi.gamma` is twice the textbook one, which also covers
 the rounding of ``R`` itself).
 
+**Products whose factors are related** (float64 plans; :meth:`Product.stage` decides per layer):
+``s ⊙ (W s + c)`` — one factor an affine image of the other — is crossed as its quadratic form
+(:class:`QuadraticProduct`, :mod:`assay.bounds.rules.quadratic`), and a product of two vectors in
+a network of few inputs, with only affine layers after it, through its factors' linear bounds in
+the input (:class:`LinearizedProduct`, :mod:`assay.bounds.rules.linearized`); both keep
+McCormick's planes for the rows where their own crossing does not apply or does worse.
+
 **Div.** ``a / b = a · r`` with ``r = 1/b ∈ [1/bu, 1/bl]`` (widened) where ``b``'s interval
 excludes 0: McCormick on ``(a, r)``, then ``r``'s coefficients cross the relaxation of ``1/b``
 of the rule registered for ``Reciprocal`` (convex for ``b > 0``: tangent below at
@@ -34,17 +41,20 @@ output gets the trivial bound (offset ``−inf``), never a finite one.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import ClassVar
 
 import torch
 
 from assay.bounds.rules import register, rule_for
-from assay.bounds.rules.base import ElementwiseRule, MultiInputRule, widen
+from assay.bounds.rules.base import Crossing, ElementwiseRule, MultiInputRule, widen
+from assay.bounds.rules.linearized import factor_intervals, linearizable, linearized_crossing
 from assay.bounds.rules.multi import aligned_bounds, gamma, interval_sum, parameter, product_corners, settled, sum_to, underflow
+from assay.bounds.rules.quadratic import quadratic_partner, tangent_crossing
 from assay.nn.ops.activation import Reciprocal
 from assay.nn.ops.arith import Binary, MatMul
 
-__all__ = ["Product", "Quotient", "MatrixProduct"]
+__all__ = ["Product", "QuadraticProduct", "LinearizedProduct", "Quotient", "MatrixProduct"]
 
 _RECIPROCAL = Reciprocal()
 
@@ -115,6 +125,55 @@ class Product(MultiInputRule):
     def backward(self, layer, A, inputs, alpha=None):
         x, z = inputs
         return settled(*_product_crossing(A, x, z, alpha))
+
+    def stage(self, network, index, layer, dtype):
+        """A product of a vector with an affine image of itself (``s ⊙ (W s + c)``, ``s ⊙ s``) in a
+        float64 plan is crossed as its quadratic form (:class:`QuadraticProduct`)."""
+        stage = super().stage(network, index, layer, dtype)
+        if dtype != torch.float64:
+            return stage
+        partner = quadratic_partner(network, index)
+        if partner is not None:
+            return replace(stage, rule=QuadraticProduct(*partner))
+        if linearizable(network, index):
+            return replace(stage, rule=LinearizedProduct())
+        return stage
+
+
+class LinearizedProduct(Product):
+    """``a ⊙ b`` of two vectors of a small-input network, crossed through the factors' linear bounds
+    in the input where that beats McCormick's planes (:mod:`assay.bounds.rules.linearized`); a walk
+    that does not reach the input (a cut, grouped rows, forks) takes McCormick's. One per stage,
+    built by :meth:`Product.stage`."""
+
+    walks: ClassVar[bool] = True
+
+    def backward_walk(self, stage, A, walk, alpha=None):
+        x, z = factor_intervals(stage, walk)
+        mccormick = _product_crossing(A, x, z, alpha)
+        flat = A.expand(x[0].shape[0], *A.shape[1:]).reshape(x[0].shape[0], A.shape[1], -1)
+        coefficients, offset, rounding, on_input = linearized_crossing(flat, stage, walk, mccormick)
+        return Crossing(coefficients, offset, rounding, on_input)
+
+
+class QuadraticProduct(Product):
+    """``y = s ⊙ (W s + c)`` (one factor an affine image of the other, ``order``: which factor is
+    ``s``): rows whose quadratic form is convex take its tangent plane at the form's minimiser over
+    the box, the others McCormick's planes (:mod:`assay.bounds.rules.quadratic`). One per stage,
+    built by :meth:`Product.stage`."""
+
+    def __init__(self, order: int, W: torch.Tensor, c: torch.Tensor):
+        self.order, self.W, self.c = order, W, c
+
+    def backward(self, layer, A, inputs, alpha=None):
+        x, z = inputs
+        coefficients, offset, rounding = _product_crossing(A, x, z, alpha)
+        lower, upper = inputs[self.order]
+        flat = A.expand(lower.shape[0], *A.shape[1:]).reshape(lower.shape[0], A.shape[1], -1)
+        on_s, on_image = coefficients if self.order == 0 else coefficients[::-1]
+        crossing = tangent_crossing(flat, self.W, self.c, lower, upper, ((on_s, on_image), offset, rounding))
+        on_s, on_image = crossing.coefficients
+        return Crossing((on_s, on_image) if self.order == 0 else (on_image, on_s), crossing.offset, crossing.rounding)
 
 
 def _reciprocal_interval(lower, upper):

@@ -137,7 +137,14 @@ def _cross_operator(walk, position: int, stage: OperatorStage, A: torch.Tensor) 
     walk.require_ungrouped(stage)
     if walk.observe_outputs is not None and stage.nonlinear:
         walk.observe_outputs(position, A)
-    crossing = stage.cross(A, walk.bounds, walk.operator_alphas.get(position))
+    alpha = walk.operator_alphas.get(position)
+    if getattr(stage.rule, "walks", False) and walk.reaches_input:
+        # a rule that reads its sources' linear bounds in the input (their own walks)
+        crossing = stage.rule.backward_walk(stage, A, walk, alpha)
+    else:
+        crossing = stage.cross(A, walk.bounds, alpha)
+    if crossing.on_input is not None:
+        walk.send(0, crossing.on_input.reshape(A.shape[0], A.shape[1], *walk.bounds[0][0].shape[1:]))
     if walk.rounding:
         walk.error = (walk.settle(position + 1, A, None) + crossing.rounding
                       + walk.gamma_b * crossing.offset.detach().abs())
