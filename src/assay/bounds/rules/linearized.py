@@ -52,7 +52,7 @@ import weakref
 import torch
 
 from assay.bounds.rules.multi import gamma, settled, underflow
-from assay.bounds.rules.quadratic import box_minimiser, distinct_rows, tangent_plane
+from assay.bounds.rules.quadratic import box_minimiser, distinct_rows, spread_rows, tangent_plane
 
 __all__ = ["MAX_ELEMENTS", "MAX_INPUTS", "linearizable", "linearized_crossing"]
 
@@ -333,15 +333,8 @@ def linearized_crossing(A, stage, walk, mccormick):
         better = convex.new_ones(convex.shape) & (value > mccormick_value) & torch.isfinite(owed)
     if not better.any():
         return _settle(on_a, on_b, offset, rounding, on_input)
-    chosen = torch.zeros(B, S, dtype=torch.bool)
-    chosen[box[better], row[better]] = True
-    full_x = torch.zeros(B, S, d, dtype=A.dtype)
-    full_x[box, row] = on_x.to(A.dtype)
-    full_o = torch.zeros(B, S, dtype=offset.dtype)
-    full_o[box, row] = total.to(offset.dtype)
-    full_r = torch.zeros(B, S, dtype=rounding.dtype)
-    full_r[box, row] = owed.to(rounding.dtype)
-    chosen, full_x, full_o, full_r = (t[:, inverse] for t in (chosen, full_x, full_o, full_r))
+    chosen, full_x, full_o, full_r = spread_rows((B, S), box, row, inverse, better, on_x, total, owed,
+                                                 (A.dtype, offset.dtype, rounding.dtype))
     keep = chosen.unsqueeze(-1)
     on_a = torch.where(keep, torch.zeros_like(on_a), on_a)
     on_b = torch.where(keep, torch.zeros_like(on_b), on_b)

@@ -156,6 +156,25 @@ def distinct_rows(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return first, inverse
 
 
+def spread_rows(shape, box, row, inverse, picked, coefficients, offset, owed, dtypes):
+    """Crossings worked out once per (box, distinct row) pair, spread over every row they stand
+    for. ``shape``: (B, S) of the distinct rows; ``box``, ``row`` (P,): the pairs; ``inverse``:
+    :func:`distinct_rows`'s; ``picked`` (P,) bool: the pairs whose crossing is taken;
+    ``coefficients`` (P, d), ``offset`` and ``owed`` (P,): theirs, cast to ``dtypes`` (three).
+    Returns (chosen (B, S') bool, coefficients (B, S', d), offset (B, S'), rounding (B, S')) over
+    all S' rows; rows not picked are not chosen (and zero)."""
+    B, S = shape
+    chosen = torch.zeros(B, S, dtype=torch.bool)
+    chosen[box[picked], row[picked]] = True
+    full_c = torch.zeros(B, S, coefficients.shape[-1], dtype=dtypes[0])
+    full_c[box, row] = coefficients.to(dtypes[0])
+    full_o = torch.zeros(B, S, dtype=dtypes[1])
+    full_o[box, row] = offset.to(dtypes[1])
+    full_r = torch.zeros(B, S, dtype=dtypes[2])
+    full_r[box, row] = owed.to(dtypes[2])
+    return tuple(t[:, inverse] for t in (chosen, full_c, full_o, full_r))
+
+
 def tangent_crossing(A: torch.Tensor, W: torch.Tensor, c: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor,
                      mccormick):
     """The crossing of ``y = s ⊙ (W s + c)`` for rows ``A`` (B, S, n) where their form is convex,
@@ -189,15 +208,8 @@ def tangent_crossing(A: torch.Tensor, W: torch.Tensor, c: torch.Tensor, lower: t
             + gamma(3, torch.float64) * (h.detach().abs() * m).sum(-1)
         owed = 2 * owed + 64 * n * n * underflow(torch.float64)
         convex = convex & torch.isfinite(owed)
-    chosen = torch.zeros(B, S, dtype=torch.bool)
-    chosen[box[convex], row[convex]] = True
-    k_full = torch.zeros(B, S, n, dtype=on_s.dtype)
-    k_full[box, row] = k.to(on_s.dtype)
-    o_full = torch.zeros(B, S, dtype=offset.dtype)
-    o_full[box, row] = o.to(offset.dtype)
-    owed_full = torch.zeros(B, S, dtype=rounding.dtype)
-    owed_full[box, row] = owed.to(rounding.dtype)
-    chosen, k_full, o_full, owed_full = (t[:, inverse] for t in (chosen, k_full, o_full, owed_full))
+    chosen, k_full, o_full, owed_full = spread_rows((B, S), box, row, inverse, convex, k, o, owed,
+                                                    (on_s.dtype, offset.dtype, rounding.dtype))
     pick = chosen.unsqueeze(-1)
     on_s = torch.where(pick, k_full, on_s)
     on_image = torch.where(pick, torch.zeros_like(on_image), on_image)
