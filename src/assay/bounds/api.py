@@ -188,6 +188,7 @@ def compute_bounds(
         result_lower, result_upper, linear, optimised_alphas, stats["iterations"] = _linear_rows(
             plan, lower, upper, bounds, C, d, sides, deltas, relax, spec_of_method, options, split_signs, spec_change,
             clamp.infeasible, objective=objective, deadline=deadline, alphas=alphas, enough=enough, return_linear=return_linear,
+            constants=clamp.constants,
         )
     result_lower, result_upper, linear = _charge_spec_rounding(spec_change, bounds[-1], result_lower, result_upper,
                                                                linear)
@@ -264,6 +265,8 @@ class _Clamp:
     def __init__(self, known, split_signs, batch: int):
         self.known, self.split_signs, self.batch = known, split_signs, batch
         self.infeasible = torch.zeros(batch, dtype=torch.bool)
+        # tensors that no domain lets vary (forward bounds found them): the rows' walk stops there
+        self.constants: frozenset[int] = frozenset()
 
     def __call__(self, position, l, u, members=None):
         pick = (lambda t: t) if members is None else (lambda t: t[members] if t.shape[0] == self.batch else t)  # noqa: E731
@@ -336,10 +339,14 @@ def _forward_intermediate(network, plan: Plan, lower, upper, interval, deltas, c
     center, radius = center_radius(lower, upper)
     walks = _hybrid_walks(plan) if method == "hybrid" else {}
     cuts = {}
+    # tensors that every box fixes (no coefficient): their forward bounds are interval bounds,
+    # which the interval pass below takes as they are (mscn: 5 of its 6 set blocks per box)
+    constants = {} if method == "forward" else None
     # "hybrid": error symbols keep the correlations that many unstable neurons' relaxations lose
     clamp.known.update(forward_bounds(plan, lower, upper, clamp_with_interval, keep=set(walks.values()), cuts=cuts,
-                                      symbols=method == "hybrid"))
-    bounds = interval_pass(plan, lower, upper, deltas, clamp)
+                                      symbols=method == "hybrid", constants=constants))
+    bounds = interval_pass(plan, lower, upper, deltas, clamp, given=constants, complete=constants or ())
+    clamp.constants = frozenset(constants or ())
     for position, stop in walks.items():  # "hybrid": CROWN where the walk back to a cut is short
         if deadline is not None and time.monotonic() > deadline:
             break  # the later tensors keep their forward bounds (sound)
@@ -410,9 +417,10 @@ def _interval_rows_sided(C, d, output_bounds, sides: str):
 
 
 def _linear_rows(plan: Plan, lower, upper, bounds, C, d, sides, deltas, relax, spec_of_method, options, split_signs,
-                 spec_change, infeasible, *, objective, deadline, alphas, enough, return_linear):
+                 spec_change, infeasible, *, objective, deadline, alphas, enough, return_linear, constants=frozenset()):
     """The rows' bounds by the method's backward pass (CROWN, or α/β-CROWN's optimisation) over
     the intermediate ``bounds``, each row kept at the tighter of it and the interval bound.
+    ``constants``: tensors no domain lets vary, where CROWN's walk stops (those of finite bounds).
     Returns ``(lower, upper, linear or None, optimised slopes or None, iterations)``."""
     center, radius = center_radius(lower, upper)
     batch = C.shape[0]
@@ -433,7 +441,9 @@ def _linear_rows(plan: Plan, lower, upper, bounds, C, d, sides, deltas, relax, s
     optimised_alphas = None
     if not spec_of_method.optimised:
         with torch.no_grad():
-            back = backsubstitute(plan, len(plan.stages), stacked_C, stacked_d, bounds, deltas, relax=relax)
+            stops = [t for t in constants if bool(torch.isfinite(bounds[t][0]).all() & torch.isfinite(bounds[t][1]).all())]
+            back = backsubstitute(plan, len(plan.stages), stacked_C, stacked_d, bounds, deltas, relax=relax,
+                                  stops=stops)
             best, margin = concretize(plan, back, center, radius)
         iterations = 0
     else:

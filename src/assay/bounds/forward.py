@@ -43,6 +43,7 @@ import torch
 
 from assay.bounds.forward_columns import ColumnMap, Grouping, regroup, spacing_for, tensor_windows
 from assay.bounds.linear_functions import LinearFunctions as _LinearFunctions
+from assay.bounds.linear_functions import constant_functions
 from assay.bounds.linear_functions import contract as _contract
 from assay.bounds.plan import Plan, gamma, unit_roundoff
 
@@ -159,7 +160,8 @@ class Cut:
 
 
 def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, keep=(),
-                   cuts: dict[int, Cut] | None = None, grouped: bool = True, symbols: bool = False) -> dict[int, tuple]:
+                   cuts: dict[int, Cut] | None = None, grouped: bool = True, symbols: bool = False,
+                   constants: dict[int, tuple] | None = None) -> dict[int, tuple]:
     """Concrete bounds of the input of every ReLU stage and of every tensor a non-linear general
     operator reads, by forward linear bounds.
 
@@ -180,6 +182,14 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
             neurons feed later ones (a generator into a discriminator: cgan's 64×64 output
             bounds narrow from ±150 to ±0.3); the domains are bounded one at a time, since each
             has its own symbols. Not with grouped columns (``grouped`` is ignored).
+        constants: a dict to fill with ``{tensor: (lower, upper)}`` of the *constant* tensors:
+            those whose functions have no coefficient in any domain (every input they read is
+            fixed by every box: nn4sys' mscn reads 22 set elements of which a box lets 1 or 2
+            vary). A constant tensor's linear functions are exactly its interval, so the stages
+            that read only constant tensors are crossed by their interval rule
+            (:meth:`~assay.bounds.stages.base.Stage.interval`, a fraction of mapping functions)
+            and the caller may take these bounds instead of recomputing them. Ignored with
+            ``symbols`` or grouped columns.
     Returns:
         ``{tensor: (lower, upper)}`` (after ``clamp``) for those tensors. With ``keep`` (tensor
         indices) and a dict ``cuts``, each kept tensor's functions are stored in ``cuts`` as a
@@ -188,7 +198,7 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
         No stage after the last of those tensors is computed.
     """
     if not symbols:
-        return _forward_pass(plan, lower, upper, clamp, keep, cuts, grouped, False)
+        return _forward_pass(plan, lower, upper, clamp, keep, cuts, grouped, False, constants=constants)
     result, parts = {}, {}
     # as many input columns for every domain (their cuts join, the symbols' columns after them)
     columns, fixed = box_columns(lower, upper)
@@ -211,9 +221,10 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
 
 
 def _forward_pass(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, keep, cuts, grouped: bool,
-                  symbols: bool, varying=None) -> dict[int, tuple]:
+                  symbols: bool, varying=None, constants: dict[int, tuple] | None = None) -> dict[int, tuple]:
     """:func:`forward_bounds` over all of ``lower``'s domains at once (``clamp`` takes 3 arguments);
-    ``varying``: :func:`box_columns` of these domains if already known."""
+    ``varying``: :func:`box_columns` of these domains if already known; ``constants``: see
+    :func:`forward_bounds`."""
 
     plan.require_no_maxpool("forward linear bounds (intermediate_method='forward')")
     batch = lower.shape[0]
@@ -239,18 +250,33 @@ def _forward_pass(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, k
     if grouping is not None:
         start = grouping.initial(batch, dtype)
     else:
+        tracked = constants is not None and not symbols
+        # A box that fixes one of its columns (it lets fewer inputs vary than the batch's most)
+        # gives that column no coefficient where constants are tracked, its value going into the
+        # constants as any fixed input's: the same functions, and a tensor that reads only such
+        # inputs stays recognisably constant.
+        live = (flat_upper > flat_lower).to(dtype) if tracked else torch.ones_like(flat_lower)
+        if tracked:
+            fixed = fixed.reshape(batch, -1).scatter_add(1, columns, flat_lower * (1 - live)).reshape(lower.shape)
         start = torch.zeros(batch, n, lower[0].numel(), dtype=dtype)
-        start.scatter_(2, columns.unsqueeze(2), 1.0)
+        start.scatter_(2, columns.unsqueeze(2), live.unsqueeze(2))
         start = start.reshape(batch, n, *lower.shape[1:])
     zeros = torch.zeros_like(lower)
     functions = {0: _LinearFunctions(start, fixed, zeros, start, fixed, zeros, _columns(grouping, windows, plan, 0))}
     state = ForwardState(plan, functions, center, radius, input_magnitude, clamp, symbols, last)
+    if constants is not None and grouping is None and not symbols:
+        state.constants = constants
     for position, stage in enumerate(plan.stages):
         if position > last:
             break
         if grouping is not None:  # widen the groups before the tensor outgrows them
             grouping = _widened(plan, windows, grouping, state.functions, position + 1)
-        f = stage.forward_step(state, position)
+        if state.constants is not None and stage.sources and all(s in state.constants for s in stage.sources):
+            f = _constant_step(state, stage, position)
+        else:
+            f = stage.forward_step(state, position)
+            if state.constants is not None and _no_coefficients(f):
+                state.constants[position + 1] = _concretize(f, center, radius, input_magnitude)
         f.columns = _columns(grouping, windows, plan, position + 1)
         state.functions[position + 1] = f
         if position + 1 in keep and cuts is not None:
@@ -259,6 +285,21 @@ def _forward_pass(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, k
             if plan.last_use[source] == position:
                 state.functions.pop(source, None)
     return state.result
+
+
+def _no_coefficients(f: _LinearFunctions) -> bool:
+    """Whether both sides of ``f`` have only zero coefficients (a constant in every domain)."""
+    return not bool(f.a_lo.any()) and (f.shared or not bool(f.a_hi.any()))
+
+
+def _constant_step(state: ForwardState, stage, position: int) -> _LinearFunctions:
+    """A stage that reads only constant tensors (see :func:`forward_bounds`' ``constants``): its
+    output is constant too, bounded by the stage's interval rule on its sources' bounds (those it
+    relaxes after ``clamp``, as the forward step would read them)."""
+    sources = {s: state.concrete(s) if s in stage.clamped else state.constants[s] for s in stage.sources}
+    low, high = stage.interval(sources)
+    state.constants[position + 1] = (low, high)
+    return constant_functions(low, high, state.n)
 
 
 class ForwardState:
@@ -274,6 +315,8 @@ class ForwardState:
         self.center, self.radius, self.input_magnitude = center, radius, input_magnitude
         self.result: dict[int, tuple] = {}
         self.sizes = [math.prod(shape) for shape in plan.network.shapes]
+        # {tensor: (lower, upper)} of the constant tensors, when the pass tracks them
+        self.constants: dict[int, tuple] | None = None
 
     @property
     def n(self) -> int:
@@ -283,8 +326,11 @@ class ForwardState:
     def concrete(self, tensor: int):
         """The tensor's bounds (after clamp), kept for the caller."""
         if tensor not in self.result:
-            self.result[tensor] = self.clamp(tensor, *_concretize(self.functions[tensor], self.center, self.radius,
-                                                                  self.input_magnitude))
+            if self.constants is not None and tensor in self.constants:  # its functions are its interval
+                self.result[tensor] = self.clamp(tensor, *self.constants[tensor])
+            else:
+                self.result[tensor] = self.clamp(tensor, *_concretize(self.functions[tensor], self.center,
+                                                                      self.radius, self.input_magnitude))
         return self.result[tensor]
 
     def symbol_room(self, position: int, lower: torch.Tensor, upper: torch.Tensor) -> int:
