@@ -209,3 +209,20 @@ def test_stops_refuse_forks_grouped_rows_and_cuts():
     d = torch.zeros(len(lower), 2, dtype=torch.float64)
     with pytest.raises(ValueError, match="stops"):
         backsubstitute(plan, len(plan.stages), C, d, bounds, stops=[13], reduce=lambda t, p: p.sum(-1))
+
+
+def test_a_stop_of_infinite_bounds_is_walked_through():
+    """A constant whose interval is not finite (an unbounded operator upstream) is no stop: the walk
+    crosses it as usual, and the bound is the whole walk's (not −inf, not NaN)."""
+    network = two_set_network(2)
+    lower, upper = boxes(2)
+    plan = plan_for(network, torch.float64)
+    bounds = list(interval_pass(plan, lower, upper))
+    bounds[13] = (torch.full_like(bounds[13][0], -torch.inf), torch.full_like(bounds[13][1], torch.inf))
+    C = torch.eye(2, dtype=torch.float64).expand(len(lower), 2, 2)
+    d = torch.zeros(len(lower), 2, dtype=torch.float64)
+    center, radius = center_radius(lower, upper)
+    whole, _ = concretize(plan, backsubstitute(plan, len(plan.stages), C, d, bounds), center, radius)
+    stopped, _ = concretize(plan, backsubstitute(plan, len(plan.stages), C, d, bounds, stops=[13]), center, radius)
+    assert bool(torch.isfinite(stopped).all())
+    assert torch.equal(stopped, whole)

@@ -441,9 +441,8 @@ def _linear_rows(plan: Plan, lower, upper, bounds, C, d, sides, deltas, relax, s
     optimised_alphas = None
     if not spec_of_method.optimised:
         with torch.no_grad():
-            stops = [t for t in constants if bool(torch.isfinite(bounds[t][0]).all() & torch.isfinite(bounds[t][1]).all())]
             back = backsubstitute(plan, len(plan.stages), stacked_C, stacked_d, bounds, deltas, relax=relax,
-                                  stops=stops)
+                                  stops=constants)
             best, margin = concretize(plan, back, center, radius)
         iterations = 0
     else:

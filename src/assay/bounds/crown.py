@@ -144,8 +144,8 @@ def backsubstitute(
             ``d``, ``b`` and ``error`` then have the real rows (B, R). Convolutions, ReLUs and
             additions only; with :func:`concretize`'s ``reduce``.
         stops: tensors that depend on no input the domains let vary (constants, see
-            :func:`~assay.bounds.forward.forward_bounds`), with finite ``bounds``: coefficients
-            reaching one are concretised there against its interval (``A·z ≥ A⁺·l + A⁻·u``)
+            :func:`~assay.bounds.forward.forward_bounds`): coefficients reaching one whose
+            ``bounds`` are finite are concretised there against its interval (``A·z ≥ A⁺·l + A⁻·u``)
             instead of being carried through the stages before it. For a constant that interval
             is as tight as any linear function could make it (up to rounding), and the walk skips
             every stage only constants reach (mscn: 5 of its 6 set blocks per box).
@@ -213,13 +213,23 @@ class _Walk:
         self.received: dict[int, int] = {}  # how many consumers' coefficients were summed into each tensor
         self.charges: dict[int, torch.Tensor] = {}
         self.stops: frozenset[int] = frozenset()  # constants: concretised where reached (backsubstitute's stops)
+        self.finite: dict[int, bool] = {}
 
     def send(self, tensor: int, A: torch.Tensor) -> None:
-        if tensor in self.stops:
+        if tensor in self.stops and self._finite(tensor):
             self._concretize_constant(tensor, A)
             return
         accumulate(self.pending, tensor, (A,))
         self.received[tensor] = self.received.get(tensor, 0) + 1
+
+    def _finite(self, tensor: int) -> bool:
+        """Whether a stop's bounds are all finite (an infinite one is walked through instead: its
+        interval would make the offset −inf or, times a zero coefficient, NaN). One sum per stop
+        reached, not a test per element: any ±inf or NaN makes the sum non-finite."""
+        if tensor not in self.finite:
+            low, high = self.bounds[tensor]
+            self.finite[tensor] = bool(torch.isfinite(low.sum() + high.sum()))
+        return self.finite[tensor]
 
     def _concretize_constant(self, tensor: int, A: torch.Tensor) -> None:
         """Coefficients ``A`` on a stop (a constant of finite bounds [l, u]): ``A·z ≥ A⁺·l + A⁻·u``
