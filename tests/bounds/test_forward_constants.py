@@ -19,6 +19,8 @@ import assay.bounds.forward as forward
 from assay.bounds import compute_bounds, plan_for
 from assay.bounds.crown import backsubstitute, concretize
 from assay.bounds.ibp import center_radius, interval_pass
+from assay.bounds.stages.operator import OperatorStage
+from assay.bounds.stages.relu import ReluStage
 from assay.nn import Linear, Network, ReLU, ops
 
 from .strategies import sample_box
@@ -102,8 +104,10 @@ def test_the_fixed_blocks_tensors_are_constants_and_hold_at_sampled_points(seed)
     network = two_set_network(seed)
     lower, upper = boxes(seed)
     plan = plan_for(network, torch.float64)
-    constants = {}
-    found = forward.forward_bounds(plan, lower, upper, lambda t, lo, hi: (lo, hi), constants=constants)
+    eager = forward.Constants()
+    found = forward.forward_bounds(plan, lower, upper, lambda t, lo, hi: (lo, hi), constants=eager)
+    assert set(eager.bounds) == eager.tensors
+    constants = eager.bounds
     # tensors 1–12 are the first block's (its rows, features, mask, …, pooled), 13–24 the
     # second's: the second block and the first block's mask and mask count are constants; the
     # first block's rows, features and pooled output are not
@@ -179,8 +183,9 @@ def test_a_walk_that_stops_at_constants_equals_the_whole_walk():
     network = two_set_network(1)
     lower, upper = boxes(1)
     plan = plan_for(network, torch.float64)
-    constants = {}
-    known = forward.forward_bounds(plan, lower, upper, lambda t, lo, hi: (lo, hi), constants=constants)
+    eager = forward.Constants()
+    known = forward.forward_bounds(plan, lower, upper, lambda t, lo, hi: (lo, hi), constants=eager)
+    constants = eager.bounds
     bounds = interval_pass(plan, lower, upper, None, lambda t, lo, hi: (torch.maximum(lo, known[t][0]),
                                                                          torch.minimum(hi, known[t][1]))
                            if t in known else (lo, hi), given=constants, complete=constants)
@@ -226,3 +231,57 @@ def test_a_stop_of_infinite_bounds_is_walked_through():
     stopped, _ = concretize(plan, backsubstitute(plan, len(plan.stages), C, d, bounds, stops=[13]), center, radius)
     assert bool(torch.isfinite(stopped).all())
     assert torch.equal(stopped, whole)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_lazy_constants_bound_only_what_is_read_and_children_take_their_parents(seed, monkeypatch):
+    """compute_bounds (CROWN rows) bounds constants lazily: a fixed block's inner tensors are
+    never computed, a child takes its parent's bounds of the constant ReLU inputs (no interval
+    rule runs inside the fixed block), and the rows' bounds are those of the eager computation."""
+    network = two_set_network(seed)
+    lower, upper = boxes(seed)
+    made = []
+    original = forward.Constants.given
+
+    def spy(self, *args):
+        made.append(self)
+        return original(self, *args)
+
+    monkeypatch.setattr(forward.Constants, "given", spy)
+    parent = compute_bounds(network, (lower, upper), method="crown", intermediate_method="forward")
+    assert made[-1].lazy and 16 in made[-1].tensors and 16 not in made[-1].bounds  # block 2's first product
+    middle = (lower + upper) / 2
+    child_lower, child_upper = torch.cat([lower, middle]), torch.cat([middle, upper])
+    parents = parent.intermediate.select(torch.cat([torch.arange(len(lower))] * 2))
+    crossed = []
+    for kind in (OperatorStage, ReluStage):
+        def counted(self, *args, _original=kind.interval, **kwargs):
+            crossed.append(self.index)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(kind, "interval", counted)
+    result = compute_bounds(network, (child_lower, child_upper), method="crown", intermediate_method="forward",
+                            intermediate=parents)
+    # block 2's stages from its first product to its mask product (tensors 16–21)
+    assert not set(crossed) & set(range(15, 21)), f"the fixed block's stages were bounded again: {crossed}"
+    y = _tensor_of(network, child_lower, child_upper, seed)[-1]
+    assert bool((y >= result.lower).all() and (y <= result.upper).all())
+    monkeypatch.undo()
+    _no_constants(monkeypatch)
+    whole = compute_bounds(network, (child_lower, child_upper), method="crown", intermediate_method="forward",
+                           intermediate=parents)
+    assert torch.allclose(result.upper, whole.upper, rtol=0, atol=1e-10)
+    assert torch.allclose(result.lower, whole.lower, rtol=0, atol=1e-10)
+    for mine, theirs in zip(result.intermediate.lower + result.intermediate.upper,
+                            whole.intermediate.lower + whole.intermediate.upper):
+        assert torch.allclose(mine, theirs, rtol=0, atol=1e-10)
+
+
+def test_optimised_rows_get_every_constant_bounded():
+    """α-CROWN's rows walk every stage: no constant is left unbounded for them."""
+    network = two_set_network(0)
+    lower, upper = boxes(0)
+    result = compute_bounds(network, (lower, upper), method="alpha", intermediate_method="forward")
+    y = _tensor_of(network, lower, upper, 0)[-1]
+    assert bool(torch.isfinite(result.lower).all() and torch.isfinite(result.upper).all())
+    assert bool((y >= result.lower).all() and (y <= result.upper).all())

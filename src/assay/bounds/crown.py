@@ -163,6 +163,9 @@ def backsubstitute(
     walk.stops = frozenset(stops)
     walk.pending = {target: (C,)}
     walk.received = {target: 1}
+    if target in walk.stops and walk._finite(target):  # the rows' tensor itself is a constant
+        walk.pending, walk.received = {}, {}
+        walk._concretize_constant(target, C)
     stop = 0 if cut is None else cut.tensor
     for position in range(target - 1, stop - 1, -1):
         if position + 1 not in walk.pending:

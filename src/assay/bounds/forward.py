@@ -182,14 +182,15 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
             neurons feed later ones (a generator into a discriminator: cgan's 64×64 output
             bounds narrow from ±150 to ±0.3); the domains are bounded one at a time, since each
             has its own symbols. Not with grouped columns (``grouped`` is ignored).
-        constants: a dict to fill with ``{tensor: (lower, upper)}`` of the *constant* tensors:
-            those whose functions have no coefficient in any domain (every input they read is
-            fixed by every box: nn4sys' mscn reads 22 set elements of which a box lets 1 or 2
-            vary). A constant tensor's linear functions are exactly its interval, so the stages
-            that read only constant tensors are crossed by their interval rule
+        constants: a :class:`Constants` to fill with the *constant* tensors: those whose
+            functions have no coefficient in any domain (every input they read is fixed by every
+            box: nn4sys' mscn reads 22 set elements of which a box lets 1 or 2 vary). A constant
+            tensor's linear functions are exactly its interval, so the stages that read only
+            constant tensors are crossed by their interval rule
             (:meth:`~assay.bounds.stages.base.Stage.interval`, a fraction of mapping functions)
-            and the caller may take these bounds instead of recomputing them. Ignored with
-            ``symbols`` or grouped columns.
+            and the caller may take these bounds instead of recomputing them; with
+            ``constants.lazy``, only when read (see :class:`Constants`). Ignored with
+            ``symbols``, grouped columns or ``keep``.
     Returns:
         ``{tensor: (lower, upper)}`` (after ``clamp``) for those tensors. With ``keep`` (tensor
         indices) and a dict ``cuts``, each kept tensor's functions are stored in ``cuts`` as a
@@ -264,27 +265,54 @@ def _forward_pass(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, k
     zeros = torch.zeros_like(lower)
     functions = {0: _LinearFunctions(start, fixed, zeros, start, fixed, zeros, _columns(grouping, windows, plan, 0))}
     state = ForwardState(plan, functions, center, radius, input_magnitude, clamp, symbols, last)
-    if constants is not None and grouping is None and not symbols:
+    if constants is not None and grouping is None and not symbols and not keep:
         state.constants = constants
+        state.functions = _Functions(state)
+        state.functions.update(functions)
+    tracked = state.constants is not None
     for position, stage in enumerate(plan.stages):
         if position > last:
             break
         if grouping is not None:  # widen the groups before the tensor outgrows them
             grouping = _widened(plan, windows, grouping, state.functions, position + 1)
-        if state.constants is not None and stage.sources and all(s in state.constants for s in stage.sources):
-            f = _constant_step(state, stage, position)
+        if tracked and stage.sources and all(s in constants.tensors for s in stage.sources):
+            constants.tensors.add(position + 1)  # its functions are made if a stage reads them
+            if not constants.lazy:
+                state.constant(position + 1)
         else:
             f = stage.forward_step(state, position)
-            if state.constants is not None and _no_coefficients(f):
-                state.constants[position + 1] = _concretize(f, center, radius, input_magnitude)
-        f.columns = _columns(grouping, windows, plan, position + 1)
-        state.functions[position + 1] = f
-        if position + 1 in keep and cuts is not None:
-            cuts[position + 1] = Cut(position + 1, f, state.input_magnitude, tuple(lower.shape[1:]), columns)
+            if tracked and _no_coefficients(f):
+                constants.tensors.add(position + 1)
+                constants.bounds[position + 1] = _concretize(f, center, radius, input_magnitude)
+            f.columns = _columns(grouping, windows, plan, position + 1)
+            state.functions[position + 1] = f
+            if position + 1 in keep and cuts is not None:
+                cuts[position + 1] = Cut(position + 1, f, state.input_magnitude, tuple(lower.shape[1:]), columns)
         for source in stage.sources:  # free what no later stage reads (the tensors are large)
             if plan.last_use[source] == position:
                 state.functions.pop(source, None)
+    if tracked:
+        _resolve_what_is_read(state, last)
     return state.result
+
+
+def _resolve_what_is_read(state: ForwardState, last: int) -> None:
+    """After the pass: the bounds of the constant tensors that the caller reads whatever the
+    walks do (every ReLU input and non-linear operator input: a result's intermediate bounds,
+    and a child's starting point), those the stages after ``last`` read from a stage that is not
+    constant (the pass stopped before them), and the output's if it is constant."""
+    plan, constants = state.plan, state.constants
+    for position in range(last + 1, len(plan.stages)):
+        stage = plan.stages[position]
+        if stage.sources and all(s in constants.tensors for s in stage.sources):
+            constants.tensors.add(position + 1)
+        else:
+            for source in stage.sources:
+                if source in constants.tensors:
+                    state.constant(source)
+    for tensor in (*plan.relu_positions, *plan.operator_inputs, len(plan.stages)):
+        if tensor in constants.tensors:
+            state.constant(tensor)
 
 
 def _no_coefficients(f: _LinearFunctions) -> bool:
@@ -292,14 +320,51 @@ def _no_coefficients(f: _LinearFunctions) -> bool:
     return not bool(f.a_lo.any()) and (f.shared or not bool(f.a_hi.any()))
 
 
-def _constant_step(state: ForwardState, stage, position: int) -> _LinearFunctions:
-    """A stage that reads only constant tensors (see :func:`forward_bounds`' ``constants``): its
-    output is constant too, bounded by the stage's interval rule on its sources' bounds (those it
-    relaxes after ``clamp``, as the forward step would read them)."""
-    sources = {s: state.concrete(s) if s in stage.clamped else state.constants[s] for s in stage.sources}
-    low, high = stage.interval(sources)
-    state.constants[position + 1] = (low, high)
-    return constant_functions(low, high, state.n)
+class Constants:
+    """The constant tensors of a forward pass (:func:`forward_bounds`' ``constants``): ``tensors``
+    (every one) and ``bounds`` (``{tensor: (lower, upper)}`` of those computed).
+
+    ``lazy``: a constant is bounded only when something reads it: a stage that is not constant
+    (its functions), a bound of a ReLU or operator input, or the caller afterwards; one the
+    caller's bounds already hold (a parent domain's, given as known bounds through ``clamp``)
+    is taken from there, so an input-splitting child pays nothing for the constants its parent
+    bounded. The others (a fixed set block's inner tensors) are never computed, and
+    :meth:`given` hands them to the interval pass as unbounded: meant for a caller whose walks
+    stop at the constants (:func:`~assay.bounds.crown.backsubstitute`'s ``stops``), where only
+    the constants a stage that is not constant reads are ever concretised.
+    """
+
+    def __init__(self, lazy: bool = False):
+        self.lazy = lazy
+        self.tensors: set[int] = set()
+        self.bounds: dict[int, tuple] = {}
+
+    def given(self, shapes, batch: int, dtype) -> dict[int, tuple]:
+        """``{tensor: (lower, upper)}`` of every constant for an interval pass: those computed,
+        and (−inf, +inf) for the others (sound; see the class docstring for who reads them)."""
+        given = dict(self.bounds)
+        for tensor in self.tensors - set(self.bounds):
+            shape = (batch, *shapes[tensor])
+            given[tensor] = (torch.full((), -torch.inf, dtype=dtype).expand(shape),
+                             torch.full((), torch.inf, dtype=dtype).expand(shape))
+        return given
+
+
+class _Functions(dict):
+    """A forward pass's live functions, where a constant tensor's (its interval's constant
+    functions) are made when a stage first reads them."""
+
+    def __init__(self, state: ForwardState):
+        super().__init__()
+        self.state = state
+
+    def __missing__(self, tensor: int) -> _LinearFunctions:
+        state = self.state
+        if tensor not in state.constants.tensors:
+            raise KeyError(tensor)
+        f = constant_functions(*state.constant(tensor), state.n)
+        self[tensor] = f
+        return f
 
 
 class ForwardState:
@@ -315,8 +380,7 @@ class ForwardState:
         self.center, self.radius, self.input_magnitude = center, radius, input_magnitude
         self.result: dict[int, tuple] = {}
         self.sizes = [math.prod(shape) for shape in plan.network.shapes]
-        # {tensor: (lower, upper)} of the constant tensors, when the pass tracks them
-        self.constants: dict[int, tuple] | None = None
+        self.constants: Constants | None = None  # the constant tensors, when the pass tracks them
 
     @property
     def n(self) -> int:
@@ -326,12 +390,33 @@ class ForwardState:
     def concrete(self, tensor: int):
         """The tensor's bounds (after clamp), kept for the caller."""
         if tensor not in self.result:
-            if self.constants is not None and tensor in self.constants:  # its functions are its interval
-                self.result[tensor] = self.clamp(tensor, *self.constants[tensor])
+            if self.constants is not None and tensor in self.constants.tensors:  # its functions are its interval
+                self.result[tensor] = self.clamp(tensor, *self.constant(tensor))
             else:
                 self.result[tensor] = self.clamp(tensor, *_concretize(self.functions[tensor], self.center,
                                                                       self.radius, self.input_magnitude))
         return self.result[tensor]
+
+    def constant(self, tensor: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A constant tensor's bounds (before ``clamp``), computed on first use: the bounds
+        ``clamp`` knows of it where those are finite (a ReLU or operator input a parent domain
+        bounded, or the interval pass before this one), else its stage's interval rule on its
+        sources' bounds (each a constant: those the stage relaxes after ``clamp``)."""
+        constants = self.constants
+        if tensor not in constants.bounds:
+            value = None
+            if tensor in self.plan.relu_positions or tensor in self.plan.operator_inputs:
+                shape = (self.center.shape[0], *self.plan.network.shapes[tensor])
+                unbounded = torch.full(shape, torch.inf, dtype=self.center.dtype)
+                low, high = self.clamp(tensor, -unbounded, unbounded)
+                if bool(torch.isfinite(low.sum() + high.sum())):
+                    value = (low, high)
+            if value is None:
+                stage = self.plan.stages[tensor - 1]
+                value = stage.interval({s: self.concrete(s) if s in stage.clamped else self.constant(s)
+                                        for s in stage.sources})
+            constants.bounds[tensor] = value
+        return constants.bounds[tensor]
 
     def symbol_room(self, position: int, lower: torch.Tensor, upper: torch.Tensor) -> int:
         """How many error symbols the ReLU at ``position`` adds for its input bounds: the most
