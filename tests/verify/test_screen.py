@@ -304,3 +304,45 @@ def test_queries_of_another_structure_leave_the_others_one_family(tmp_path, monk
     assert result.status is VerificationStatus.VIOLATED
     x = result.counterexample.input.reshape(-1)
     assert float(network(x.reshape(1, 2))) >= float(thresholds[BOXES - 5])
+
+
+def test_the_queries_of_another_structure_are_a_family_of_their_own(tmp_path, monkeypatch):
+    """After the screen of a large disjunction, the few queries of another structure (box 3 with
+    two thresholds) are searched as a family too (forward bounds, no attack of their own), and
+    a violation in them is found: that query's box reaches its lower threshold."""
+    import assay.verify.api as api
+
+    monkeypatch.setattr(api, "SCREEN_MIN_QUERIES", 4)
+    network = random_relu_network(0, widths=(2, 32, 32, 32, 1))
+    lower, upper = _boxes(0)
+    upper = upper.clone()
+    upper[:, 0] = lower[:, 0] + 0.8
+    peak = _maxima(network, lower, upper)
+    families = []
+    original = api.InputSplitting
+
+    def spy(*args, **kwargs):
+        families.append(kwargs.get("family"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(api, "InputSplitting", spy)
+
+    def write(path, thresholds, second):
+        _vnnlib(path, lower, upper, thresholds)
+        text = path.read_text().rstrip().removesuffix("))")
+        text += (f"\n  (and (>= X_0 {float(lower[3, 0])!r}) (<= X_0 {float(upper[3, 0])!r}) "
+                 f"(>= X_1 {FIXED!r}) (<= X_1 {FIXED!r}) (>= Y_0 {second!r}))\n))\n")
+        path.write_text(text)
+        return read_vnnlib(path, 2, 1)
+
+    thresholds = peak + 0.002
+    result = verify_vnnlib(network, write(tmp_path / "safe.vnnlib", thresholds, float(peak[3] + 0.01)), timeout=120)
+    assert result.status is VerificationStatus.HOLDS
+    assert families and all(f is not None for f in families), "a query was searched on its own"
+    families.clear()
+    result = verify_vnnlib(network, write(tmp_path / "unsafe.vnnlib", thresholds, float(peak[3] - 1e-4)), timeout=120)
+    assert result.status is VerificationStatus.VIOLATED
+    assert all(f is not None for f in families)
+    x = result.counterexample.input.reshape(-1)
+    assert float(lower[3, 0]) <= float(x[0]) <= float(upper[3, 0])
+    assert float(network(x.reshape(1, 2))) >= float(peak[3] - 1e-4)

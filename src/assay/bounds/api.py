@@ -13,6 +13,7 @@ from assay.bounds.crown import Backward, backsubstitute, concretize
 from assay.bounds.forward import (
     MAX_FORWARD_COEFFICIENTS,
     MAX_FORWARD_INPUTS,
+    Constants,
     cut_tensors,
     forward_bounds,
     forward_fits,
@@ -179,6 +180,9 @@ def compute_bounds(
             network, plan, lower, upper, C, deltas, clamp, relax, options, deadline, split_signs,
             method=intermediate_method if refine else None, fixed_layers=fixed_layers,
             crown_first=intermediate is None,
+            # CROWN's rows (not an optimisation, which walks every stage) stop at the constants:
+            # those only they would read need not be bounded
+            lazy_constants=not spec_of_method.optimised,
         )
     stats = {"domains": batch, "rows": C.shape[1], "method": method}
     if not spec_of_method.linear or intermediate_only:
@@ -188,6 +192,7 @@ def compute_bounds(
         result_lower, result_upper, linear, optimised_alphas, stats["iterations"] = _linear_rows(
             plan, lower, upper, bounds, C, d, sides, deltas, relax, spec_of_method, options, split_signs, spec_change,
             clamp.infeasible, objective=objective, deadline=deadline, alphas=alphas, enough=enough, return_linear=return_linear,
+            constants=clamp.constants,
         )
     result_lower, result_upper, linear = _charge_spec_rounding(spec_change, bounds[-1], result_lower, result_upper,
                                                                linear)
@@ -264,6 +269,8 @@ class _Clamp:
     def __init__(self, known, split_signs, batch: int):
         self.known, self.split_signs, self.batch = known, split_signs, batch
         self.infeasible = torch.zeros(batch, dtype=torch.bool)
+        # tensors that no domain lets vary (forward bounds found them): the rows' walk stops there
+        self.constants: frozenset[int] = frozenset()
 
     def __call__(self, position, l, u, members=None):
         pick = (lambda t: t) if members is None else (lambda t: t[members] if t.shape[0] == self.batch else t)  # noqa: E731
@@ -283,7 +290,8 @@ class _Clamp:
 
 
 def _intermediate_bounds(network, plan: Plan, lower, upper, C, deltas, clamp: _Clamp, relax, options, deadline,
-                         split_signs, *, method: str | None, fixed_layers: int, crown_first: bool) -> list:
+                         split_signs, *, method: str | None, fixed_layers: int, crown_first: bool,
+                         lazy_constants: bool = False) -> list:
     """Bounds of every tensor (``bounds[t]`` = (lower, upper) of tensor t), interval bounds
     tightened by ``method`` where it refines (None: the given and interval bounds only):
     "forward"/"hybrid" by forward linear bounds (:func:`_forward_intermediate`), "crown"/"alpha"
@@ -295,13 +303,15 @@ def _intermediate_bounds(network, plan: Plan, lower, upper, C, deltas, clamp: _C
         # search's children) hold the parent's intervals already: the forward pass intersects with
         # them, and the interval pass over the child's box before it is skipped (mscn_dual: a third
         # of a bound call, the children's bounds all but unchanged).
-        return _forward_intermediate(network, plan, lower, upper, None, deltas, clamp, relax, deadline, method)
+        return _forward_intermediate(network, plan, lower, upper, None, deltas, clamp, relax, deadline, method,
+                                     lazy_constants)
     # Lazy IBP: each tensor CROWN refines replaces its interval bounds, and every tensor after
     # it is computed again from there; so each interval pass stops at the next refined tensor
     # (its backward walk reads only the tensors before it), and the last one runs to the output.
     bounds = interval_pass(plan, lower, upper, deltas, clamp, given=clamp.known, until=refined[0] if refined else None)
     if method in ("forward", "hybrid"):
-        return _forward_intermediate(network, plan, lower, upper, bounds, deltas, clamp, relax, deadline, method)
+        return _forward_intermediate(network, plan, lower, upper, bounds, deltas, clamp, relax, deadline, method,
+                                     lazy_constants)
     if refined:
         return _refined_intermediate(network, plan, lower, upper, C, bounds, refined, deltas, clamp, relax, options,
                                      deadline, split_signs, method, crown_first)
@@ -309,11 +319,12 @@ def _intermediate_bounds(network, plan: Plan, lower, upper, C, deltas, clamp: _C
 
 
 def _forward_intermediate(network, plan: Plan, lower, upper, interval, deltas, clamp: _Clamp, relax, deadline,
-                          method: str) -> list:
+                          method: str, lazy_constants: bool = False) -> list:
     """Forward linear bounds of every refined tensor ("hybrid": with error symbols, then CROWN
     where the walk back to a cut is short, the cut's forward functions substituted there),
     intersected with ``interval`` (the interval pass's bounds of every tensor; None: with the
-    bounds in ``clamp`` only)."""
+    bounds in ``clamp`` only). ``lazy_constants``: the tensors no box lets vary are bounded only
+    where read (:class:`~assay.bounds.forward.Constants`), for rows whose walks stop at them."""
     if deltas:
         raise OptionError("intermediate_method='forward' does not support weight_perturbation; use 'crown'")
     # "hybrid" stores forward functions over the varying inputs at its cuts; "forward" also
@@ -336,10 +347,15 @@ def _forward_intermediate(network, plan: Plan, lower, upper, interval, deltas, c
     center, radius = center_radius(lower, upper)
     walks = _hybrid_walks(plan) if method == "hybrid" else {}
     cuts = {}
+    # tensors that every box fixes (no coefficient): their forward bounds are interval bounds,
+    # which the interval pass below takes as they are (mscn: 5 of its 6 set blocks per box)
+    constants = Constants(lazy=lazy_constants and not clamp.split_signs) if method == "forward" else None
     # "hybrid": error symbols keep the correlations that many unstable neurons' relaxations lose
     clamp.known.update(forward_bounds(plan, lower, upper, clamp_with_interval, keep=set(walks.values()), cuts=cuts,
-                                      symbols=method == "hybrid"))
-    bounds = interval_pass(plan, lower, upper, deltas, clamp)
+                                      symbols=method == "hybrid", constants=constants))
+    given = {} if constants is None else constants.given(plan.network.shapes, lower.shape[0], lower.dtype)
+    bounds = interval_pass(plan, lower, upper, deltas, clamp, given=given, complete=given)
+    clamp.constants = frozenset(given)
     for position, stop in walks.items():  # "hybrid": CROWN where the walk back to a cut is short
         if deadline is not None and time.monotonic() > deadline:
             break  # the later tensors keep their forward bounds (sound)
@@ -410,9 +426,10 @@ def _interval_rows_sided(C, d, output_bounds, sides: str):
 
 
 def _linear_rows(plan: Plan, lower, upper, bounds, C, d, sides, deltas, relax, spec_of_method, options, split_signs,
-                 spec_change, infeasible, *, objective, deadline, alphas, enough, return_linear):
+                 spec_change, infeasible, *, objective, deadline, alphas, enough, return_linear, constants=frozenset()):
     """The rows' bounds by the method's backward pass (CROWN, or α/β-CROWN's optimisation) over
     the intermediate ``bounds``, each row kept at the tighter of it and the interval bound.
+    ``constants``: tensors no domain lets vary, where CROWN's walk stops (those of finite bounds).
     Returns ``(lower, upper, linear or None, optimised slopes or None, iterations)``."""
     center, radius = center_radius(lower, upper)
     batch = C.shape[0]
@@ -433,7 +450,8 @@ def _linear_rows(plan: Plan, lower, upper, bounds, C, d, sides, deltas, relax, s
     optimised_alphas = None
     if not spec_of_method.optimised:
         with torch.no_grad():
-            back = backsubstitute(plan, len(plan.stages), stacked_C, stacked_d, bounds, deltas, relax=relax)
+            back = backsubstitute(plan, len(plan.stages), stacked_C, stacked_d, bounds, deltas, relax=relax,
+                                  stops=constants)
             best, margin = concretize(plan, back, center, radius)
         iterations = 0
     else:

@@ -93,6 +93,7 @@ def backsubstitute(
     observe_outputs=None,
     cut=None,
     reduce=None,
+    stops=(),
 ) -> Backward:
     """Lower linear bound of ``C · (input of stage target) + d`` in terms of the network input.
 
@@ -142,6 +143,12 @@ def backsubstitute(
             elements (into ``b`` and ``error``) is ``reduce(tensor, products)``, per real row:
             ``d``, ``b`` and ``error`` then have the real rows (B, R). Convolutions, ReLUs and
             additions only; with :func:`concretize`'s ``reduce``.
+        stops: tensors that depend on no input the domains let vary (constants, see
+            :func:`~assay.bounds.forward.forward_bounds`): coefficients reaching one whose
+            ``bounds`` are finite are concretised there against its interval (``A·z ≥ A⁺·l + A⁻·u``)
+            instead of being carried through the stages before it. For a constant that interval
+            is as tight as any linear function could make it (up to rounding), and the walk skips
+            every stage only constants reach (mscn: 5 of its 6 set blocks per box).
     """
     if forks and rounding:
         raise ValueError("backsubstitute: forks need rounding=False (their rows owe no rounding terms)")
@@ -149,10 +156,16 @@ def backsubstitute(
         raise ValueError("backsubstitute: grouped rows (reduce) take no forks, cut, slopes or betas")
     if rounding and scales is None:
         scales = rounding_scales(plan, target, bounds)
+    if stops and (forks or reduce is not None or cut is not None):
+        raise ValueError("backsubstitute: stops take no forks, grouped rows or cut")
     walk = _Walk(plan, bounds, C, d, rounding, scales, deltas or {}, slopes or {}, betas or {}, relaxations or {},
                  relax, observe, forks or {}, operator_alphas or {}, observe_outputs, reduce)
+    walk.stops = frozenset(stops)
     walk.pending = {target: (C,)}
     walk.received = {target: 1}
+    if target in walk.stops and walk._finite(target):  # the rows' tensor itself is a constant
+        walk.pending, walk.received = {}, {}
+        walk._concretize_constant(target, C)
     stop = 0 if cut is None else cut.tensor
     # whether a stage may send coefficients straight to the input (see OperatorStage): the walk
     # runs to it, with its rows as given
@@ -162,6 +175,8 @@ def backsubstitute(
             continue  # the stage's output does not reach the target
         (A,) = walk.pending.pop(position + 1)
         plan.stages[position].crown_step(walk, position, A)
+    if stop not in walk.pending:  # every path ended at a constant (stops): nothing on the input
+        walk.pending[stop] = (C.new_zeros(C.shape[0], C.shape[1], *bounds[stop][0].shape[1:]),)
     (A,) = walk.pending.pop(stop)
     if walk.pending:  # a cut must be crossed by every path (see Cut): nothing else may be waiting
         raise ValueError(f"backsubstitute: tensor {stop} is not a cut of the walk from {target}")
@@ -206,10 +221,36 @@ class _Walk:
         self.pending: dict = {}
         self.received: dict[int, int] = {}  # how many consumers' coefficients were summed into each tensor
         self.charges: dict[int, torch.Tensor] = {}
+        self.stops: frozenset[int] = frozenset()  # constants: concretised where reached (backsubstitute's stops)
+        self.finite: dict[int, bool] = {}
 
     def send(self, tensor: int, A: torch.Tensor) -> None:
+        if tensor in self.stops and self._finite(tensor):
+            self._concretize_constant(tensor, A)
+            return
         accumulate(self.pending, tensor, (A,))
         self.received[tensor] = self.received.get(tensor, 0) + 1
+
+    def _finite(self, tensor: int) -> bool:
+        """Whether a stop's bounds are all finite (an infinite one is walked through instead: its
+        interval would make the offset −inf or, times a zero coefficient, NaN). One sum per stop
+        reached, not a test per element: any ±inf or NaN makes the sum non-finite."""
+        if tensor not in self.finite:
+            low, high = self.bounds[tensor]
+            self.finite[tensor] = bool(torch.isfinite(low.sum() + high.sum()))
+        return self.finite[tensor]
+
+    def _concretize_constant(self, tensor: int, A: torch.Tensor) -> None:
+        """Coefficients ``A`` on a stop (a constant of finite bounds [l, u]): ``A·z ≥ A⁺·l + A⁻·u``
+        goes into ``b`` (a float64 sum, charged γ_b⁶⁴ of its absolute products, as the ReLU
+        intercepts are), with the rounding charged on this tensor so far (this consumer's
+        crossing, e.g. a ReLU's slope products)."""
+        low, high = self.bounds[tensor]
+        if self.rounding:
+            own = self.gamma_b64 * _magnitude(low, high)
+            vector = self.charges.pop(tensor, None)
+            self.error = self.error + self.abs_dot(tensor, A, own if vector is None else vector + own)
+        self.b = self.b + self.exact_dot(tensor, A.clamp(min=0), low) + self.exact_dot(tensor, A.clamp(max=0), high)
 
     def dot(self, tensor: int, A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Σ over ``tensor``'s elements of A (B, S, *shape) times v (B or 1, *shape), per row."""

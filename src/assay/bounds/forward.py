@@ -43,6 +43,7 @@ import torch
 
 from assay.bounds.forward_columns import ColumnMap, Grouping, regroup, spacing_for, tensor_windows
 from assay.bounds.linear_functions import LinearFunctions as _LinearFunctions
+from assay.bounds.linear_functions import constant_functions
 from assay.bounds.linear_functions import contract as _contract
 from assay.bounds.plan import Plan, gamma, unit_roundoff
 
@@ -159,7 +160,8 @@ class Cut:
 
 
 def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, keep=(),
-                   cuts: dict[int, Cut] | None = None, grouped: bool = True, symbols: bool = False) -> dict[int, tuple]:
+                   cuts: dict[int, Cut] | None = None, grouped: bool = True, symbols: bool = False,
+                   constants: dict[int, tuple] | None = None) -> dict[int, tuple]:
     """Concrete bounds of the input of every ReLU stage and of every tensor a non-linear general
     operator reads, by forward linear bounds.
 
@@ -180,6 +182,15 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
             neurons feed later ones (a generator into a discriminator: cgan's 64×64 output
             bounds narrow from ±150 to ±0.3); the domains are bounded one at a time, since each
             has its own symbols. Not with grouped columns (``grouped`` is ignored).
+        constants: a :class:`Constants` to fill with the *constant* tensors: those whose
+            functions have no coefficient in any domain (every input they read is fixed by every
+            box: nn4sys' mscn reads 22 set elements of which a box lets 1 or 2 vary). A constant
+            tensor's linear functions are exactly its interval, so the stages that read only
+            constant tensors are crossed by their interval rule
+            (:meth:`~assay.bounds.stages.base.Stage.interval`, a fraction of mapping functions)
+            and the caller may take these bounds instead of recomputing them; with
+            ``constants.lazy``, only when read (see :class:`Constants`). Ignored with
+            ``symbols``, grouped columns or ``keep``.
     Returns:
         ``{tensor: (lower, upper)}`` (after ``clamp``) for those tensors. With ``keep`` (tensor
         indices) and a dict ``cuts``, each kept tensor's functions are stored in ``cuts`` as a
@@ -188,7 +199,7 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
         No stage after the last of those tensors is computed.
     """
     if not symbols:
-        return _forward_pass(plan, lower, upper, clamp, keep, cuts, grouped, False)
+        return _forward_pass(plan, lower, upper, clamp, keep, cuts, grouped, False, constants=constants)
     result, parts = {}, {}
     # as many input columns for every domain (their cuts join, the symbols' columns after them)
     columns, fixed = box_columns(lower, upper)
@@ -211,9 +222,10 @@ def forward_bounds(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, 
 
 
 def _forward_pass(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, keep, cuts, grouped: bool,
-                  symbols: bool, varying=None) -> dict[int, tuple]:
+                  symbols: bool, varying=None, constants: dict[int, tuple] | None = None) -> dict[int, tuple]:
     """:func:`forward_bounds` over all of ``lower``'s domains at once (``clamp`` takes 3 arguments);
-    ``varying``: :func:`box_columns` of these domains if already known."""
+    ``varying``: :func:`box_columns` of these domains if already known; ``constants``: see
+    :func:`forward_bounds`."""
 
     plan.require_no_maxpool("forward linear bounds (intermediate_method='forward')")
     batch = lower.shape[0]
@@ -239,26 +251,120 @@ def _forward_pass(plan: Plan, lower: torch.Tensor, upper: torch.Tensor, clamp, k
     if grouping is not None:
         start = grouping.initial(batch, dtype)
     else:
+        tracked = constants is not None and not symbols
+        # A box that fixes one of its columns (it lets fewer inputs vary than the batch's most)
+        # gives that column no coefficient where constants are tracked, its value going into the
+        # constants as any fixed input's: the same functions, and a tensor that reads only such
+        # inputs stays recognisably constant.
+        live = (flat_upper > flat_lower).to(dtype) if tracked else torch.ones_like(flat_lower)
+        if tracked:
+            fixed = fixed.reshape(batch, -1).scatter_add(1, columns, flat_lower * (1 - live)).reshape(lower.shape)
         start = torch.zeros(batch, n, lower[0].numel(), dtype=dtype)
-        start.scatter_(2, columns.unsqueeze(2), 1.0)
+        start.scatter_(2, columns.unsqueeze(2), live.unsqueeze(2))
         start = start.reshape(batch, n, *lower.shape[1:])
     zeros = torch.zeros_like(lower)
     functions = {0: _LinearFunctions(start, fixed, zeros, start, fixed, zeros, _columns(grouping, windows, plan, 0))}
     state = ForwardState(plan, functions, center, radius, input_magnitude, clamp, symbols, last)
+    if constants is not None and grouping is None and not symbols and not keep:
+        state.constants = constants
+        state.functions = _Functions(state)
+        state.functions.update(functions)
+    tracked = state.constants is not None
     for position, stage in enumerate(plan.stages):
         if position > last:
             break
         if grouping is not None:  # widen the groups before the tensor outgrows them
             grouping = _widened(plan, windows, grouping, state.functions, position + 1)
-        f = stage.forward_step(state, position)
-        f.columns = _columns(grouping, windows, plan, position + 1)
-        state.functions[position + 1] = f
-        if position + 1 in keep and cuts is not None:
-            cuts[position + 1] = Cut(position + 1, f, state.input_magnitude, tuple(lower.shape[1:]), columns)
+        if tracked and stage.sources and all(s in constants.tensors for s in stage.sources):
+            constants.tensors.add(position + 1)  # its functions are made if a stage reads them
+            if not constants.lazy:
+                state.constant(position + 1)
+        else:
+            f = stage.forward_step(state, position)
+            if tracked and _no_coefficients(f):
+                constants.tensors.add(position + 1)
+                constants.bounds[position + 1] = _concretize(f, center, radius, input_magnitude)
+            f.columns = _columns(grouping, windows, plan, position + 1)
+            state.functions[position + 1] = f
+            if position + 1 in keep and cuts is not None:
+                cuts[position + 1] = Cut(position + 1, f, state.input_magnitude, tuple(lower.shape[1:]), columns)
         for source in stage.sources:  # free what no later stage reads (the tensors are large)
             if plan.last_use[source] == position:
                 state.functions.pop(source, None)
+    if tracked:
+        _resolve_what_is_read(state, last)
     return state.result
+
+
+def _resolve_what_is_read(state: ForwardState, last: int) -> None:
+    """After the pass: the bounds of the constant tensors that the caller reads whatever the
+    walks do (every ReLU input and non-linear operator input: a result's intermediate bounds,
+    and a child's starting point), those the stages after ``last`` read from a stage that is not
+    constant (the pass stopped before them), and the output's if it is constant."""
+    plan, constants = state.plan, state.constants
+    for position in range(last + 1, len(plan.stages)):
+        stage = plan.stages[position]
+        if stage.sources and all(s in constants.tensors for s in stage.sources):
+            constants.tensors.add(position + 1)
+        else:
+            for source in stage.sources:
+                if source in constants.tensors:
+                    state.constant(source)
+    for tensor in (*plan.relu_positions, *plan.operator_inputs, len(plan.stages)):
+        if tensor in constants.tensors:
+            state.constant(tensor)
+
+
+def _no_coefficients(f: _LinearFunctions) -> bool:
+    """Whether both sides of ``f`` have only zero coefficients (a constant in every domain)."""
+    return not bool(f.a_lo.any()) and (f.shared or not bool(f.a_hi.any()))
+
+
+class Constants:
+    """The constant tensors of a forward pass (:func:`forward_bounds`' ``constants``): ``tensors``
+    (every one) and ``bounds`` (``{tensor: (lower, upper)}`` of those computed).
+
+    ``lazy``: a constant is bounded only when something reads it: a stage that is not constant
+    (its functions), a bound of a ReLU or operator input, or the caller afterwards; one the
+    caller's bounds already hold (a parent domain's, given as known bounds through ``clamp``)
+    is taken from there, so an input-splitting child pays nothing for the constants its parent
+    bounded. The others (a fixed set block's inner tensors) are never computed, and
+    :meth:`given` hands them to the interval pass as unbounded: meant for a caller whose walks
+    stop at the constants (:func:`~assay.bounds.crown.backsubstitute`'s ``stops``), where only
+    the constants a stage that is not constant reads are ever concretised.
+    """
+
+    def __init__(self, lazy: bool = False):
+        self.lazy = lazy
+        self.tensors: set[int] = set()
+        self.bounds: dict[int, tuple] = {}
+
+    def given(self, shapes, batch: int, dtype) -> dict[int, tuple]:
+        """``{tensor: (lower, upper)}`` of every constant for an interval pass: those computed,
+        and (−inf, +inf) for the others (sound; see the class docstring for who reads them)."""
+        given = dict(self.bounds)
+        for tensor in self.tensors - set(self.bounds):
+            shape = (batch, *shapes[tensor])
+            given[tensor] = (torch.full((), -torch.inf, dtype=dtype).expand(shape),
+                             torch.full((), torch.inf, dtype=dtype).expand(shape))
+        return given
+
+
+class _Functions(dict):
+    """A forward pass's live functions, where a constant tensor's (its interval's constant
+    functions) are made when a stage first reads them."""
+
+    def __init__(self, state: ForwardState):
+        super().__init__()
+        self.state = state
+
+    def __missing__(self, tensor: int) -> _LinearFunctions:
+        state = self.state
+        if tensor not in state.constants.tensors:
+            raise KeyError(tensor)
+        f = constant_functions(*state.constant(tensor), state.n)
+        self[tensor] = f
+        return f
 
 
 class ForwardState:
@@ -274,6 +380,7 @@ class ForwardState:
         self.center, self.radius, self.input_magnitude = center, radius, input_magnitude
         self.result: dict[int, tuple] = {}
         self.sizes = [math.prod(shape) for shape in plan.network.shapes]
+        self.constants: Constants | None = None  # the constant tensors, when the pass tracks them
 
     @property
     def n(self) -> int:
@@ -283,9 +390,33 @@ class ForwardState:
     def concrete(self, tensor: int):
         """The tensor's bounds (after clamp), kept for the caller."""
         if tensor not in self.result:
-            self.result[tensor] = self.clamp(tensor, *_concretize(self.functions[tensor], self.center, self.radius,
-                                                                  self.input_magnitude))
+            if self.constants is not None and tensor in self.constants.tensors:  # its functions are its interval
+                self.result[tensor] = self.clamp(tensor, *self.constant(tensor))
+            else:
+                self.result[tensor] = self.clamp(tensor, *_concretize(self.functions[tensor], self.center,
+                                                                      self.radius, self.input_magnitude))
         return self.result[tensor]
+
+    def constant(self, tensor: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A constant tensor's bounds (before ``clamp``), computed on first use: the bounds
+        ``clamp`` knows of it where those are finite (a ReLU or operator input a parent domain
+        bounded, or the interval pass before this one), else its stage's interval rule on its
+        sources' bounds (each a constant: those the stage relaxes after ``clamp``)."""
+        constants = self.constants
+        if tensor not in constants.bounds:
+            value = None
+            if tensor in self.plan.relu_positions or tensor in self.plan.operator_inputs:
+                shape = (self.center.shape[0], *self.plan.network.shapes[tensor])
+                unbounded = torch.full(shape, torch.inf, dtype=self.center.dtype)
+                low, high = self.clamp(tensor, -unbounded, unbounded)
+                if bool(torch.isfinite(low.sum() + high.sum())):
+                    value = (low, high)
+            if value is None:
+                stage = self.plan.stages[tensor - 1]
+                value = stage.interval({s: self.concrete(s) if s in stage.clamped else self.constant(s)
+                                        for s in stage.sources})
+            constants.bounds[tensor] = value
+        return constants.bounds[tensor]
 
     def symbol_room(self, position: int, lower: torch.Tensor, upper: torch.Tensor) -> int:
         """How many error symbols the ReLU at ``position`` adds for its input bounds: the most

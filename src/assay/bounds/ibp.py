@@ -40,6 +40,7 @@ def interval_pass(
     clamp=None,
     given: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None,
     until: int | None = None,
+    complete=(),
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Bounds of the input of every stage and of the output, by IBP.
 
@@ -57,6 +58,10 @@ def interval_pass(
         until: compute the tensors 0 … ``until`` only (None: all of them, the output included):
             a caller that is about to replace a later tensor's bounds (CROWN refinement) needs
             only those its backward walk reads, and extends the list afterwards.
+        complete: tensors of ``given`` whose bounds were computed from their sources' bounds
+            after ``clamp`` already (a forward pass's constants): taken as given even where
+            their stage clamps its sources (the sources are still clamped; other given tensors
+            of such a stage are computed again).
     Returns:
         ``bounds[t]`` = (lower, upper) of tensor t (``bounds[p]`` is the input of ReLU stage p);
         ``bounds[-1]`` is the output (with ``until``: the list ends at tensor ``until``).
@@ -77,6 +82,9 @@ def interval_pass(
         if clamp is not None:
             for source in clamped:
                 bounds[source] = clamp(source, *bounds[source])
+        if position + 1 in complete:
+            bounds.append(given[position + 1])
+            continue
         bounds.append(stage.interval(bounds, deltas.get(position, 0.0)))
     return bounds
 

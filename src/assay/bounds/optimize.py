@@ -251,6 +251,11 @@ def _adam_steps(alphas, betas, evaluate, objective, to_linear, iterations, lr_al
         optimizer.zero_grad()
         back, lower, margin = evaluate(alphas, betas)
         score = objective(to_linear(back, margin), lower)
+        if not score.requires_grad:
+            # no parameter reaches the rows (every neuron and operator they cross is fixed on
+            # these bounds, e.g. a root whose earlier layers are all stable): one iterate is all
+            yield back, lower, margin, score.detach()
+            return
         (-score.sum()).backward()
         yield back, lower, margin, score.detach()
         optimizer.step()

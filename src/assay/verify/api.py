@@ -166,8 +166,10 @@ def _run(network, queries, options: VerifyOptions, rng, progress) -> Verificatio
                 # Still many: one input-splitting search over all of those of one structure (each
                 # box with its own query's rows), instead of an attack, root bounds and a search
                 # per query; the few of another structure (mscn_dual 2260: 1 of 2,259 queries has
-                # two disjuncts over one box) keep their own.
-                families, queries = _families(left)
+                # two disjuncts over one box) are small boxes of the same kind, searched as a
+                # family of their own (their own searches bounded each box by CROWN's backward
+                # walks, ~0.5 s a box, and attacked each first: mscn_dual 10450's 11 took ~60 s).
+                families, queries = _families(left, least=1 if family_follows else SCREEN_MIN_QUERIES)
         open_queries = []
         # Many inputs through Sign layers: no bound search on a short deadline (see
         # BINARISED_SEARCH_MIN_SECONDS); input splitting (few inputs) makes every Sign stable on
@@ -314,13 +316,14 @@ def _tightened_relu_roots(network, query, plans, dtype, stats, deadline: Deadlin
     return plans, not all(plan.refuted_at_root for plan, _ in plans)
 
 
-def _families(queries: list[UnsafeQuery]) -> tuple[list[list[UnsafeQuery]], list[UnsafeQuery]]:
+def _families(queries: list[UnsafeQuery], least: int = SCREEN_MIN_QUERIES) -> tuple[list[list[UnsafeQuery]],
+                                                                                       list[UnsafeQuery]]:
     """The queries that share a structure of conjunctions (rows per conjunction, outputs) with at
-    least :data:`SCREEN_MIN_QUERIES` − 1 others, one list per structure (each searched as one
-    family), and the rest (in order)."""
+    least ``least`` − 1 others, one list per structure (each searched as one family), and the
+    rest (in order)."""
     by_structure: dict[tuple, list[UnsafeQuery]] = {}
     for query in queries:
         by_structure.setdefault((tuple(query.C.shape), tuple(query.groups.tolist())), []).append(query)
-    families = [group for group in by_structure.values() if len(group) >= SCREEN_MIN_QUERIES]
+    families = [group for group in by_structure.values() if len(group) >= least]
     many = {id(q) for group in families for q in group}
     return families, [q for q in queries if id(q) not in many]
