@@ -24,6 +24,7 @@ from assay.bounds.stages.relu import ReluStage
 from assay.nn import Linear, Network, ReLU, ops
 
 from .strategies import sample_box
+from .test_forward_products import add_set_block
 
 ROWS, FEATURES, HIDDEN = 3, 3, 6
 
@@ -48,17 +49,7 @@ def two_set_network(seed: int) -> Network:
     pooled = []
     for block in range(2):
         rows = add(ops.Slice((0,), (block * ROWS,), ((block + 1) * ROWS,), (1,)), 0)
-        features = add(ops.Slice((1,), (0,), (FEATURES,), (1,)), rows)
-        mask = add(ops.Slice((1,), (FEATURES,), (FEATURES + 1,), (1,)), rows)
-        t = add(ops.ConstMatMul(_t(rng, FEATURES, HIDDEN, scale=0.8)), features)
-        t = add(ops.Affine(torch.tensor(1.0), _t(rng, HIDDEN, scale=0.3)), t)
-        t = add(ReLU(), t)
-        t = add(ops.ConstMatMul(_t(rng, HIDDEN, HIDDEN, scale=0.5)), t)
-        t = add(ReLU(), t)
-        t = add(ops.Binary("Mul"), t, mask)
-        total = add(ops.Reduce("sum", (0,), keepdims=False), t)
-        count = add(ops.Reduce("sum", (0,), keepdims=False), mask)
-        pooled.append(add(ops.Binary("Div"), total, count))
+        pooled.append(add_set_block(add, rng, rows, FEATURES, HIDDEN))
     t = add(ops.Concat(0), *pooled)
     t = add(Linear(_t(rng, 5, 2 * HIDDEN, scale=0.6), _t(rng, 5, scale=0.2)), t)
     t = add(ReLU(), t)

@@ -21,6 +21,23 @@ def _t(rng, *shape, scale=1.0):
     return torch.as_tensor(rng.normal(0.0, scale, size=shape))
 
 
+def add_set_block(add, rng, rows: int, features: int = FEATURES, hidden: int = HIDDEN) -> int:
+    """mscn's set block on tensor ``rows`` (elements × (``features`` values and a mask)), appended
+    through ``add(layer, *reads) -> tensor``: a ReLU layer per element, times its mask, summed and
+    divided by the mask count. Returns the pooled tensor."""
+    values = add(ops.Slice((1,), (0,), (features,), (1,)), rows)
+    mask = add(ops.Slice((1,), (features,), (features + 1,), (1,)), rows)
+    t = add(ops.ConstMatMul(_t(rng, features, hidden, scale=0.8)), values)
+    t = add(ops.Affine(torch.tensor(1.0), _t(rng, hidden, scale=0.3)), t)
+    t = add(ReLU(), t)
+    t = add(ops.ConstMatMul(_t(rng, hidden, hidden, scale=0.5)), t)
+    t = add(ReLU(), t)
+    t = add(ops.Binary("Mul"), t, mask)
+    total = add(ops.Reduce("sum", (0,), keepdims=False), t)
+    count = add(ops.Reduce("sum", (0,), keepdims=False), mask)
+    return add(ops.Binary("Div"), total, count)
+
+
 def set_network(seed: int) -> Network:
     """A set of ROWS elements (FEATURES values and a mask each) → a ReLU layer per element → times
     its mask → sum over the set / the mask count → Linear → ReLU → Linear → Sigmoid (mscn's shape)."""
@@ -32,17 +49,7 @@ def set_network(seed: int) -> Network:
         sources.append(reads)
         return len(layers)
 
-    features = add(ops.Slice((1,), (0,), (FEATURES,), (1,)), 0)
-    mask = add(ops.Slice((1,), (FEATURES,), (FEATURES + 1,), (1,)), 0)
-    t = add(ops.ConstMatMul(_t(rng, FEATURES, HIDDEN, scale=0.8)), features)
-    t = add(ops.Affine(torch.tensor(1.0), _t(rng, HIDDEN, scale=0.3)), t)
-    t = add(ReLU(), t)
-    t = add(ops.ConstMatMul(_t(rng, HIDDEN, HIDDEN, scale=0.5)), t)
-    t = add(ReLU(), t)
-    t = add(ops.Binary("Mul"), t, mask)
-    total = add(ops.Reduce("sum", (0,), keepdims=False), t)
-    count = add(ops.Reduce("sum", (0,), keepdims=False), mask)
-    t = add(ops.Binary("Div"), total, count)
+    t = add_set_block(add, rng, 0)
     t = add(Flatten(), t)
     t = add(Linear(_t(rng, 6, HIDDEN, scale=0.6), _t(rng, 6, scale=0.2)), t)
     t = add(ReLU(), t)
