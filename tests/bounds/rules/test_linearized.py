@@ -120,3 +120,19 @@ def test_it_beats_mccormick_on_a_near_quadratic_network(monkeypatch):
     # the rest of the walk may favour McCormick's by a little on a box
     assert float((ours.lower[:, 0] - theirs.lower[:, 0]).sum()) > 0
     assert (ours.lower[:, 0] > theirs.lower[:, 0] + 1e-4).any()
+
+
+def test_only_a_product_with_affine_layers_after_it_is_linearized():
+    """The registry says which layers are affine (``rule.linear``): a product read by a sum is
+    linearized, one read by a ReLU (or another non-linear operator) is not."""
+    from assay.bounds.rules.linearized import linearizable
+
+    rng = np.random.default_rng(3)
+    affine_after = _square_of_image(rng)
+    assert linearizable(affine_after, 2)
+    layers = (*affine_after.layers[:3], ReLU(), ops.Reduce("sum", (0,)))
+    relu_after = Network(layers, (3,), sources=((0,), (0,), (1, 2), (3,), (4,)))
+    assert not linearizable(relu_after, 2)
+    sine_after = Network((*affine_after.layers[:3], ops.Sin(), ops.Reduce("sum", (0,))), (3,),
+                         sources=((0,), (0,), (1, 2), (3,), (4,)))
+    assert not linearizable(sine_after, 2)

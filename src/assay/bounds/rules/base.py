@@ -117,6 +117,15 @@ class LayerRule:
     # True when the operator keeps the order of its inputs along its axis (y_i ≥ y_j iff
     # x_i ≥ x_j), so that a comparison of two outputs can be read before it.
     keeps_order: ClassVar[bool] = False
+    # True when the operator is affine in its inputs (its rows through it stay the rows of its
+    # output: no relaxation, no optimisable parameter).
+    linear: ClassVar[bool] = False
+
+    def vector_map(self, layer, n: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(W (n, n), c (n,))`` in float64 when ``layer`` maps a vector of ``n`` elements to
+        ``W x + c`` of the same size (the quadratic-form products read it,
+        :mod:`assay.bounds.rules.quadratic`); None otherwise."""
+        return None
 
     def stage(self, network, index: int, layer, dtype: torch.dtype):
         """The stage of layer ``index`` of ``network`` (which is ``layer``) in ``dtype``: a general

@@ -298,6 +298,13 @@ class SumRule(LinearRule):
 class AffineRule(LinearRule):
     """``x · scale + shift`` with broadcast constants."""
 
+    def vector_map(self, layer, n: int):
+        if layer.scale.numel() not in (1, n) or layer.shift.numel() not in (1, n):
+            return None
+        scale = layer.scale.to(torch.float64).reshape(-1).expand(n)
+        shift = layer.shift.to(torch.float64).reshape(-1).expand(n)
+        return torch.diag(scale), shift.clone()
+
     def absolute(self, layer):
         return dataclasses.replace(layer, scale=layer.scale.abs(), shift=torch.zeros(())).forward
 

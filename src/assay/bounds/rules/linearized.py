@@ -76,16 +76,12 @@ def _only_affine_after(network, index: int) -> bool:
     """Whether every layer the product's output reaches is affine: its rows are the output's own
     (no intermediate bound of a later operator walks through it, and no α changes the rows' A)."""
     from assay.bounds.rules import rule_for
-    from assay.nn.layers import MaxPool2d, ReLU
 
     reached = {index + 1}
     for later in range(index + 1, len(network.layers)):
         if any(s in reached for s in network.sources[later]):
-            layer = network.layers[later]
-            rule = rule_for(layer)
-            # the ReLU network's own layers are affine but for ReLU and max pooling
-            affine = getattr(rule, "linear", not isinstance(layer, (ReLU, MaxPool2d)))
-            if rule is None or not affine:
+            rule = rule_for(network.layers[later])
+            if rule is None or not rule.linear:
                 return False
             reached.add(later + 1)
     return True

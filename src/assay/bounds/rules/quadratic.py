@@ -53,8 +53,7 @@ def quadratic_partner(network, index: int):
     affine image ``W s + c`` of the other, ``s`` (``order`` 0: ``s`` is the first factor), as
     float64 tensors (n × n, n); else None. Both factors and the product have ``s``'s shape, a
     vector of at most :data:`MAX_ELEMENTS` elements."""
-    from assay.nn.layers import Linear
-    from assay.nn.ops.arith import Affine
+    from assay.bounds.rules import rule_for
 
     reads = network.sources[index]
     if len(reads) != 2:
@@ -70,12 +69,10 @@ def quadratic_partner(network, index: int):
         if t == 0 or tuple(network.sources[t - 1]) != (s,):
             continue
         layer = network.layers[t - 1]
-        if isinstance(layer, Linear) and tuple(layer.weight.shape) == (n, n):
-            return order, layer.weight.to(torch.float64), layer.bias.to(torch.float64)
-        if isinstance(layer, Affine) and layer.scale.numel() in (1, n) and layer.shift.numel() in (1, n):
-            scale = layer.scale.to(torch.float64).reshape(-1).expand(n)
-            shift = layer.shift.to(torch.float64).reshape(-1).expand(n)
-            return order, torch.diag(scale), shift.clone()
+        rule = rule_for(layer)
+        found = None if rule is None else rule.vector_map(layer, n)
+        if found is not None:
+            return order, *found
     return None
 
 

@@ -26,6 +26,13 @@ __all__ = ["ReluRule"]
 class LinearLayerRule(LayerRule):
     """A dense layer (its weights in the plan's dtype; CSR forms when large and mostly zero)."""
 
+    linear = True
+
+    def vector_map(self, layer, n: int):
+        if tuple(layer.weight.shape) != (n, n):
+            return None
+        return layer.weight.to(torch.float64), layer.bias.to(torch.float64)
+
     def stage(self, network, index: int, layer, dtype: torch.dtype) -> AffineStage:
         reads = network.sources[index]
         weight, bias = network.parameters_as(index, dtype)
@@ -37,6 +44,8 @@ class LinearLayerRule(LayerRule):
 @register(Conv2d)
 class ConvLayerRule(LayerRule):
     """A 2-d convolution."""
+
+    linear = True
 
     def stage(self, network, index: int, layer, dtype: torch.dtype) -> AffineStage:
         return _conv_stage(network, index, layer, dtype)
@@ -54,6 +63,8 @@ class ReluRule(LayerRule):
 @register(AvgPool2d)
 class AvgPoolRule(LayerRule):
     """Average pooling: the depthwise convolution it is."""
+
+    linear = True
 
     def stage(self, network, index: int, layer, dtype: torch.dtype) -> AffineStage:
         in_shape = network.shapes[network.sources[index][0]]
@@ -74,6 +85,8 @@ class MaxPoolRule(LayerRule):
 class ReshapeRule(LayerRule):
     """Flatten and Reshape: a pure reshape (the output shape says which)."""
 
+    linear = True
+
     def stage(self, network, index: int, layer, dtype: torch.dtype) -> AffineStage:
         reads = network.sources[index]
         return AffineStage(index, "flatten", network.shapes[reads[0]], network.shapes[index + 1], None, None, None, None,
@@ -83,6 +96,8 @@ class ReshapeRule(LayerRule):
 @register(Add)
 class AddRule(LayerRule):
     """The sum of two tensors (a residual connection)."""
+
+    linear = True
 
     def stage(self, network, index: int, layer, dtype: torch.dtype) -> AddStage:
         return AddStage(index, network.shapes[index + 1], network.sources[index])
