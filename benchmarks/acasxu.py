@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import data_dir, machine, markdown_table, write_results  # noqa: E402
 
 from assay.nn import load  # noqa: E402
 from assay.sets import read_vnnlib  # noqa: E402
+from assay.threads import set_threads  # noqa: E402
 from assay.verify import verify_vnnlib  # noqa: E402
 
 
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads for assay (default 1: Marabou runs on one core too, like for like)")
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)  # assay.threads: also for the small networks it would run on one thread
 
     folder = data_dir() / "acasxu"
     with open(folder / "acasxu_instances.csv") as handle:

@@ -42,13 +42,13 @@ QUERIES = {
 
 
 def run_query(name: str, seconds: float, threads: int) -> dict:
-    import torch
 
     import assay.nn as nn
     from assay.sets import read_vnnlib
+    from assay.threads import set_threads
     from assay.verify import verify_vnnlib
 
-    torch.set_num_threads(threads)
+    set_threads(threads)  # assay.threads: also for the small networks it would run on one thread
     benchmark, network_file, property_file = QUERIES[name]
     folder = data_dir() / "vnncomp" / benchmark
     network = nn.load(folder / network_file)

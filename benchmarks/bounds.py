@@ -23,6 +23,7 @@ from _common import data_dir, machine, markdown_table, median_seconds, write_res
 from assay.bounds import compute_bounds  # noqa: E402
 from assay.nn import load  # noqa: E402
 from assay.sets import read_vnnlib  # noqa: E402
+from assay.threads import set_threads  # noqa: E402
 
 METHODS = ("ibp", "crown", "alpha")
 
@@ -46,7 +47,7 @@ def main(argv=None) -> int:
                         help="torch threads (default: torch's choice; 1 is steadier on a shared machine)")
     args = parser.parse_args(argv)
     if args.threads:
-        torch.set_num_threads(args.threads)
+        set_threads(args.threads)
 
     folder = data_dir() / "acasxu"
     prop = read_vnnlib(folder / "prop_1.vnnlib", num_inputs=5, num_outputs=5)

@@ -36,6 +36,7 @@ from _common import add_run_options, data_dir, machine, markdown_table, write_re
 from assay.nn import load  # noqa: E402
 from assay.preimage import approximate_preimage  # noqa: E402
 from assay.sets import all_of, argmax_is  # noqa: E402
+from assay.threads import set_threads  # noqa: E402
 
 TASKS = {
     "auto_park": ("model_auto_park_auto_park_model_20.onnx", [-0.5, -0.5], [0.5, 0.5], [(0, 4, 0)], 0.90, 1.10),
@@ -81,7 +82,7 @@ def main() -> int:
                         "approximate_preimage, PREMAP's), crown")
     add_run_options(parser, "premap_control", 600.0)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)  # assay.threads: also for the small networks it would run on one thread
     folder = data_dir() / "premap"
     runs, failures = [], 0
     # The first α-CROWN call of a process pays one-off start-up costs: keep them out of the table.

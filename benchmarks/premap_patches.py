@@ -38,6 +38,7 @@ from _common import RESULTS, add_run_options, machine, markdown_table, write_res
 
 from assay.preimage import approximate_preimage  # noqa: E402
 from assay.sets import argmax_is, patch_region  # noqa: E402
+from assay.threads import set_threads  # noqa: E402
 
 CHECK = 20_000
 
@@ -81,7 +82,7 @@ def main() -> int:
                                   "runs": runs}, table)
         print(table)
         return 1 if any(r["violations"] for r in runs) else 0
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)  # assay.threads: also for the small networks it would run on one thread
     runs, failures = [], 0
     trained = models()
     for model in args.models.split(","):

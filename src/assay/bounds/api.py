@@ -36,12 +36,14 @@ from assay.bounds.tensor_bounds import (
 )
 from assay.errors import DataError, OptionError, SpecError
 from assay.nn.network import Network, resolve_dtype
+from assay.threads import on_network_threads
 
 # intermediate_method="hybrid": a tensor gets CROWN bounds when its walk back to a cut crosses at
 # most this many elements per row (a generator's discriminator: its image and its own layers).
 _CUT_WALK_ELEMENTS = 1 << 15
 
 
+@on_network_threads
 def compute_bounds(
     network: Network,
     input_set,

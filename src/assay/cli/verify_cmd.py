@@ -35,7 +35,6 @@ from assay.verify.options import (
     SMALL_NETWORK_PARAMETERS,
     STRATEGIES,
     VerifyOptions,
-    one_thread_suffices,
 )
 from assay.verify.result import UNKNOWN_REASON
 
@@ -127,18 +126,12 @@ def verify(
 # ------------------------------------------------------------------------------- one instance
 def _run_one(model: Path, property_file: Path, timeout: float, engine: dict, json_output: bool, threads: int | None,
              started: float) -> int:
-    import torch
+    from assay.threads import threads_for, torch_threads
 
     network = load_network(model)
     prop = read_property(property_file, network)
-    if threads is None and one_thread_suffices(network):
-        threads = 1
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(threads or previous_threads)
-    try:
+    with torch_threads(threads_for(network, threads)):  # callers in the same process keep their setting
         return _verify_and_report(network, prop, model, property_file, timeout, engine, json_output, started)
-    finally:
-        torch.set_num_threads(previous_threads)  # callers in the same process keep their setting
 
 
 def _verify_and_report(network, prop, model, property_file, timeout, engine, json_output, command_started) -> int:

@@ -27,7 +27,7 @@ import typer
 from assay.cli._common import EXIT_INTERRUPTED, console, load_network, read_property, show_progress
 from assay.cli.verify_cmd import _EXIT_FOR_STATUS, DEFAULT_TIMEOUT, _numbers
 from assay.errors import AssayError, DataError, OptionError, SpecError
-from assay.verify.options import INPUT_SPLIT_METHODS, one_thread_suffices
+from assay.verify.options import INPUT_SPLIT_METHODS
 
 __all__ = ["verify_online"]
 
@@ -66,8 +66,7 @@ def verify_online(
         raise OptionError(f"--timeout must be a positive number of seconds; got {timeout}")
     if max_leaves < 1:
         raise OptionError(f"--max-leaves must be ≥ 1; got {max_leaves}")
-    import torch
-
+    from assay.threads import threads_for, torch_threads
     from assay.verify.online import OnlineOptions
     from assay.verify.online.steps import read_steps
 
@@ -84,14 +83,11 @@ def verify_online(
                         "one input box: write one property file per query")
     steps = read_steps(steps_file, network.input_size, str(network.source))
     sink = _open_out(out)
-    previous_threads = torch.get_num_threads()
-    if one_thread_suffices(network):
-        torch.set_num_threads(1)  # small tensors gain nothing from threads (as in `assay verify`)
     try:
-        results, interrupted, wall = _run(network, prop.queries[0], steps, steps_file, options, sink,
-                                          show_progress(json_output))
+        with torch_threads(threads_for(network)):  # small tensors gain nothing from threads (as in `assay verify`)
+            results, interrupted, wall = _run(network, prop.queries[0], steps, steps_file, options, sink,
+                                              show_progress(json_output))
     finally:
-        torch.set_num_threads(previous_threads)
         if sink is not None:
             sink.close()
     summary = _summary(results, len(steps) + 1, interrupted, wall)

@@ -30,6 +30,7 @@ import torch
 
 from assay.nn import Conv2d, Flatten, Linear, Network, ReLU
 from assay.sets import Box, HalfSpaces, OutputSpec, argmax_is
+from assay.threads import torch_threads
 
 __all__ = [
     "MotionTask", "motion_task", "sgd_updates", "motion_spec", "motion_reparametrisation", "motion_velocities",
@@ -116,14 +117,9 @@ def _seeded_single_thread(seed: int) -> Iterator[None]:
     One thread makes training fast on small layers (no thread hand-offs, no contention with
     other processes) and its results independent of the machine's thread count.
     """
-    threads = torch.get_num_threads()
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), torch_threads(1):
         torch.manual_seed(seed)
-        torch.set_num_threads(1)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(threads)
+        yield
 
 
 def _network_from_torch(model: torch.nn.Sequential, input_shape, source: str) -> Network:

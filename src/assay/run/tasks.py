@@ -179,16 +179,12 @@ def one_thread():
     Environment variables alone do not do it: OpenMP and BLAS read them when they are loaded,
     which happened long before a job runs; threadpoolctl resizes their pools at run time.
     """
-    import torch
     from threadpoolctl import threadpool_limits
 
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with threadpool_limits(limits=1):
-            yield
-    finally:
-        torch.set_num_threads(previous)
+    from assay.threads import torch_threads
+
+    with torch_threads(1), threadpool_limits(limits=1):
+        yield
 
 
 def _init_worker(threads: int) -> None:

@@ -11,6 +11,7 @@ from assay.bounds import plan_for
 from assay.bounds.plan import require_bound_rules
 from assay.errors import OptionError
 from assay.nn.network import Network
+from assay.threads import threads_for, torch_threads
 from assay.verify.attack import from_center, search
 from assay.verify.attack_model import has_sign
 from assay.verify.deadline import Deadline
@@ -71,7 +72,9 @@ def verify(
         unsafe: the forbidden output region (an OutputSpec, e.g. a VNN-LIB query's
             ``unsafe_outputs``). Give exactly one of the two.
         options: a :class:`VerifyOptions` (default: its defaults); single options can also be
-            given by name (``timeout=60``, ``strategy="relu"``, ...) and override it.
+            given by name (``timeout=60``, ``strategy="relu"``, ...) and override it. A small
+            network runs on one torch thread unless ``threads`` says otherwise (torch's setting
+            is restored on return; see :mod:`assay.threads`).
         rng: randomness of the attack (default: a fixed seed, so runs are repeatable).
         progress: optional callable ``(fraction of the search settled, pending branches)``.
 
@@ -86,7 +89,8 @@ def verify(
     if (spec is None) == (unsafe is None):
         raise OptionError("verify takes exactly one of spec=(required output region) or unsafe=(forbidden outputs)")
     queries = from_required(network, input_set, spec) if spec is not None else from_unsafe(network, input_set, unsafe)
-    return _run(network, queries, options, rng, progress)
+    with torch_threads(threads_for(network, options.threads)):
+        return _run(network, queries, options, rng, progress)
 
 
 def verify_vnnlib(network: Network, prop, *, options: VerifyOptions | None = None, rng=None, progress=None,
@@ -96,7 +100,8 @@ def verify_vnnlib(network: Network, prop, *, options: VerifyOptions | None = Non
     Options as for :func:`verify`.
     """
     options = VerifyOptions.build(options, **option_values)
-    return _run(network, from_vnnlib_queries(network, prop.queries), options, rng, progress)
+    with torch_threads(threads_for(network, options.threads)):
+        return _run(network, from_vnnlib_queries(network, prop.queries), options, rng, progress)
 
 
 # From this many queries on (input or operator splitting), their boxes are bounded together before

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from assay.errors import AssayError, DataError, OptionError
-from assay.verify.options import SMALL_NETWORK_PARAMETERS, one_thread_suffices
+from assay.verify.options import SMALL_NETWORK_PARAMETERS
 from assay.verify.result import UNKNOWN_REASON, VerificationStatus
 
 if TYPE_CHECKING:  # this module stays free of torch at import: the command line reads it
@@ -258,7 +258,7 @@ def run_instance(model, property_file, timeout: float, *, started: float | None 
         method: the bound method of input splitting (:class:`~assay.verify.VerifyOptions`).
         strategy: the branching strategy (:class:`~assay.verify.VerifyOptions`; default auto).
         threads: torch threads; default 1 for small networks
-            (:func:`~assay.verify.options.one_thread_suffices`), torch's setting otherwise. Restored
+            (:func:`~assay.threads.threads_for`), torch's setting otherwise. Restored
             afterwards.
         progress: optional ``(fraction, pending)`` callable, as for :func:`~assay.verify.verify`.
 
@@ -278,8 +278,6 @@ def run_instance(model, property_file, timeout: float, *, started: float | None 
                                  reason=" ".join(reason.split()))
 
     try:
-        import torch
-
         from assay.nn import load
         from assay.sets import read_vnnlib
         from assay.verify import verify_vnnlib
@@ -290,14 +288,12 @@ def run_instance(model, property_file, timeout: float, *, started: float | None 
         return failed(str(exc))
     except MemoryError:
         return failed(f"{model}: out of memory while loading the model")
-    if threads is None and one_thread_suffices(network):
-        threads = 1
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(threads or previous_threads)
     try:
         # What loading left of the timeout (a tiny positive rest makes the verifier answer TIMEOUT at once).
         left = max(timeout - (time.monotonic() - started), 1e-9)
-        verification = verify_vnnlib(network, prop, timeout=left, method=method, progress=progress, strategy=strategy)
+        # threads None: one for a small network, torch's setting otherwise (restored on return)
+        verification = verify_vnnlib(network, prop, timeout=left, method=method, progress=progress, strategy=strategy,
+                                     threads=threads)
     except AssayError as exc:
         return failed(str(exc))
     except MemoryError:
@@ -306,8 +302,6 @@ def run_instance(model, property_file, timeout: float, *, started: float | None 
         if "allocate memory" not in str(exc):
             raise
         return failed(f"{model}: out of memory while verifying ({str(exc).splitlines()[0][-120:]})")
-    finally:
-        torch.set_num_threads(previous_threads)  # callers in the same process keep their setting
     answer = competition_result(verification, time.monotonic() - started, timeout)
     if answer.word == "sat":
         answer = replace(answer, output=result_file_output(network, prop, answer.input, answer.output,

@@ -2,33 +2,18 @@
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, fields, replace
 
 from assay._validate import check_choice, check_float, check_int
 from assay.bounds.methods import METHODS
 from assay.errors import OptionError
+from assay.threads import SMALL_NETWORK_ELEMENTS, SMALL_NETWORK_PARAMETERS, one_thread_suffices
 
 __all__ = ["VerifyOptions", "INPUT_SPLIT_MAX_INPUTS", "SMALL_NETWORK_PARAMETERS", "SMALL_NETWORK_ELEMENTS",
            "one_thread_suffices"]
 
-# Below this many parameters a network's tensors are too small for torch's threads to pay off
-# (and they lose much when the cores are shared): such instances run on one thread.
-# (Here, in a light module, so that the command line reads it without loading numpy or torch.)
-SMALL_NETWORK_PARAMETERS = 100_000
-# ... and fewer elements than this over all its tensors: a convolutional network with few weights
-# but large images (TinyYOLO: 92,205 parameters, 631,722 elements) has tensors large enough for
-# two threads (yolo_2023 prop_000034 on 2 idle cores: 116 s on one thread, 90 s on two).
-SMALL_NETWORK_ELEMENTS = 100_000
-
-
-def one_thread_suffices(network) -> bool:
-    """Whether verifying ``network`` should run on one torch thread: its tensors are too small
-    for threads to pay off (fewer than :data:`SMALL_NETWORK_PARAMETERS` parameters and
-    :data:`SMALL_NETWORK_ELEMENTS` elements over all its tensors, one input)."""
-    elements = sum(math.prod(shape) for shape in network.shapes)
-    return network.num_parameters < SMALL_NETWORK_PARAMETERS and elements < SMALL_NETWORK_ELEMENTS
+# (SMALL_NETWORK_* and one_thread_suffices live in assay.threads; re-exported for callers.)
 
 # Input splitting halves one input per step: beyond a handful of inputs ReLU splitting wins.
 INPUT_SPLIT_MAX_INPUTS = 16
@@ -70,6 +55,9 @@ class VerifyOptions:
         memory_limit: GiB that a search's pending branches may hold (> 0); past it the search
             stops with UNKNOWN instead of exhausting the machine (ReLU splitting keeps every
             pending domain's pre-activation bounds). None: 40 % of the machine's memory.
+        threads: torch threads the search runs on (≥ 1), restored afterwards. None: one thread
+            for a small network, whose tensors gain nothing from threads and lose much when
+            the cores are shared, torch's setting otherwise (:func:`assay.threads.threads_for`).
     """
 
     timeout: float = 300.0
@@ -80,6 +68,7 @@ class VerifyOptions:
     strategy: str = "auto"
     keep_closed: bool = False
     memory_limit: float | None = None
+    threads: int | None = None
 
     def __post_init__(self):
         check_float(self.timeout, "timeout", "verify", minimum=0.0, strict=True)
@@ -91,6 +80,8 @@ class VerifyOptions:
         check_choice(self.strategy, "strategy", "verify", STRATEGIES)
         if self.memory_limit is not None:
             check_float(self.memory_limit, "memory_limit", "verify", minimum=0.0, strict=True)
+        if self.threads is not None:
+            check_int(self.threads, "threads", "verify", minimum=1)
         if not isinstance(self.keep_closed, bool):
             raise OptionError(f"the `keep_closed` option of verify must be True or False; got {self.keep_closed!r}")
 

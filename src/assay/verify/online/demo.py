@@ -28,6 +28,7 @@ def demo_section(steps: int = 5, hidden_layers: Sequence[int] = (32, 32),
 
     from assay.demo import _train
     from assay.sets import Box, argmax_is
+    from assay.threads import torch_threads
     from assay.verify.online import OnlineVerifier
 
     report = progress or (lambda stage: None)
@@ -44,9 +45,8 @@ def demo_section(steps: int = 5, hidden_layers: Sequence[int] = (32, 32),
     def ball(epsilon):
         return Box((image - epsilon).clamp(0, 1), (image + epsilon).clamp(0, 1))
 
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # small tensors: threads only add noise to the timings on a shared machine
-    try:
+    # small tensors: threads only add noise to the timings on a shared machine
+    with torch_threads(1):
         # The first α-CROWN call pays torch's one-off start-up costs: keep them out of the comparison.
         OnlineVerifier(network, ball(radii[0]), spec, accelerations="none", timeout=_TIMEOUT)
         runs = {}
@@ -56,8 +56,6 @@ def demo_section(steps: int = 5, hidden_layers: Sequence[int] = (32, 32),
             for epsilon in radii[1:]:
                 verifier.update(ball(epsilon))
             runs[name] = verifier.steps
-    finally:
-        torch.set_num_threads(previous_threads)
     online_seconds = sum(step.seconds for step in runs["online"][1:])
     scratch_seconds = sum(step.seconds for step in runs["scratch"][1:])
     return {
