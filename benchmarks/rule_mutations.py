@@ -44,7 +44,7 @@ STAGES = "assay/bounds/stages/"
 
 # Every family's run also takes these: the forward linear bounds and whole networks of general
 # operators sampled against their bounds (a few seconds each).
-COMMON = ("tests/bounds/test_forward_general.py", "tests/bounds/test_general_graphs.py",
+COMMON = ("tests/bounds/rules/test_forward_crossings.py", "tests/bounds/test_forward_general.py", "tests/bounds/test_general_graphs.py",
           "tests/bounds/test_forward_constants.py", "tests/bounds/test_forward_fixed_inputs.py")
 
 FAMILY_TESTS = {
@@ -54,7 +54,7 @@ FAMILY_TESTS = {
                   "tests/bounds/rules/test_convex.py"),
     "trigonometric": ("tests/bounds/rules/test_trigonometric.py",),
     "piecewise": ("tests/bounds/rules/test_piecewise.py",),
-    "steps": ("tests/bounds/rules/test_steps.py",),
+    "steps": ("tests/bounds/rules/test_steps.py", "tests/bounds/rules/test_decisions.py"),  # Cast's tests
     "minmax": ("tests/bounds/rules/test_minmax.py",),
     "bilinear": ("tests/bounds/rules/test_bilinear.py", "tests/bounds/test_forward_products.py"),
     "multi": ("tests/bounds/rules/test_bilinear.py", "tests/bounds/rules/test_minmax.py"),
