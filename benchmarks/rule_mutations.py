@@ -410,16 +410,21 @@ def run_tests(copy: Path, tests: list[str], timeout: float) -> dict:
     """pytest on ``tests`` with the copy's source first on the path: status (passed, caught,
     error), the first failing test, seconds."""
     env = dict(os.environ, PYTHONPATH=str(copy))
-    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-n", "1", *tests]
+    # one seed for Hypothesis's examples, and a fresh working folder for its database: no run
+    # replays the failing examples another mutation left behind
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-n", "1", "--hypothesis-seed=0",
+               *(str(REPO_ROOT / t) for t in tests)]
     started = time.perf_counter()
     try:
-        done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        with tempfile.TemporaryDirectory(prefix="assay-mutation-run-") as cwd:
+            done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"status": "error", "first_failure": f"timed out after {timeout:.0f} s",
                 "seconds": round(time.perf_counter() - started, 1)}
     seconds = round(time.perf_counter() - started, 1)
     output = done.stdout + done.stderr
-    failed = re.findall(r"^FAILED (\S+)", output, re.MULTILINE)
+    # node ids from the run's own folder: keep them from "tests/" on
+    failed = [name[name.find("tests/"):] for name in re.findall(r"^FAILED (\S+)", output, re.MULTILINE)]
     if done.returncode == 0:
         return {"status": "passed", "first_failure": "", "seconds": seconds}
     if failed:  # (under xdist, -x ends the run as "interrupted": status 2)

@@ -22,7 +22,7 @@ from assay.bounds import plan_for
 from assay.bounds.forward import forward_bounds
 from assay.bounds.rules import rule_for
 from assay.bounds.rules.base import Relaxation
-from assay.nn import Network
+from assay.nn import Network, ReLU
 from assay.nn.ops.activation import Abs, Clip, Cos, Exp, Floor, LeakyRelu, Log, Pow, Reciprocal, Sigmoid, Sign, Sin, Sqrt, Tanh
 from tests.bounds.rules.harness import check_elementwise, straddling_intervals, tiny_intervals
 
@@ -34,18 +34,22 @@ class ForwardCrossing:
 
     parameters = 0
 
-    def __init__(self, layer):
-        self.rule = rule_for(layer)
+    def __init__(self, layer, symbols: bool = False):
+        self.rule, self.symbols = rule_for(layer), symbols
 
     def interval(self, layer, lower, upper):
+        if isinstance(layer, ReLU):  # the engine's own stage: its interval is the clamp
+            return lower.clamp(min=0), upper.clamp(min=0)
         return self.rule.interval(layer, lower, upper)
 
     def relax(self, layer, lower, upper, alpha=None):
         n = lower.shape[1]
         plan = plan_for(Network((layer,), (n,)), lower.dtype)
         cuts = {}
-        forward_bounds(plan, lower, upper, lambda position, low, high: (low, high), keep={1}, cuts=cuts)
-        cut = cuts[1]
+        forward_bounds(plan, lower, upper, lambda position, low, high, members=None: (low, high), keep={1}, cuts=cuts,
+                       symbols=self.symbols)
+        # with error symbols, each side's least value over them goes into its budget
+        cut = cuts[1].folded()
         f, columns = cut.functions, cut.columns[0]  # coefficients on the varying inputs `columns`
         assert tuple(f.a_lo.shape) == (1, columns.numel(), n)
         slopes = []
@@ -92,6 +96,10 @@ def _leaky(a):
     return lambda z: z if z >= 0 else a * z
 
 
+def _relu(z):
+    return max(z, mpmath.mpf(0))
+
+
 GENERAL = [(-1.0, 2.0), (0.2, 1.2), (-7.0, -0.8), (-3.0, 3.0), (1.5, 1.5), (-0.4, 0.1)]
 POSITIVE = [(0.5, 2.0), (1e-3, 0.1), (3.0, 40.0), (0.7, 0.7001), (1.0, 1.0)]
 CASES = [
@@ -117,4 +125,13 @@ CASES = [
 @pytest.mark.parametrize(("layer", "exact", "intervals"), CASES)
 def test_forward_functions_of_an_element_wise_operator_hold_exactly(layer, exact, intervals):
     checked = check_elementwise(ForwardCrossing(layer), layer, exact, intervals, alphas=(None,), count=12)
+    assert checked > 20 * len(intervals)
+
+
+@pytest.mark.parametrize("symbols", [False, True], ids=["sides", "symbols"])
+def test_forward_functions_of_a_relu_hold_exactly(symbols):
+    """A ReLU's forward step: CROWN's lines on each side, or one error symbol per unstable neuron
+    (DeepZ's parallel lines, ``λz`` and ``λz + m``, once the symbol is folded into the budgets)."""
+    intervals = GENERAL + straddling_intervals([0.0], widths=(1e-6, 0.3, 5.0)) + [(0.0, 1.0), (-1.0, 0.0)]
+    checked = check_elementwise(ForwardCrossing(ReLU(), symbols), ReLU(), _relu, intervals, alphas=(None,), count=12)
     assert checked > 20 * len(intervals)

@@ -1,16 +1,20 @@
 """The convolution rule's direct transpose (its adjoint convolution) against torch's
-vector-Jacobian product, which is the transpose of any affine map by definition."""
+vector-Jacobian product, which is the transpose of any affine map by definition; and the affine
+operators' intervals and crossings checked exactly by the falsification harness."""
 
 from __future__ import annotations
 
 import itertools
 
+import mpmath
+import numpy as np
 import pytest
 import torch
 
 from assay.bounds.rules import rule_for
 from assay.bounds.rules.linear import LinearRule
 from assay.nn import ops
+from tests.bounds.rules.harness import check_multi_input
 
 _IN_SHAPE = (4, 9, 8)
 
@@ -95,3 +99,62 @@ def test_direct_transposes_are_the_vector_jacobian_product(case):
         for a, b in zip(direct, expected, strict=True):
             assert a.shape == b.shape
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def _mp(t: torch.Tensor) -> np.ndarray:
+    """A constant as an object array of mpf (exact: float64 converts exactly)."""
+    return np.vectorize(mpmath.mpf, otypes=[object])(t.numpy())
+
+
+def _exact_cases():
+    """Affine operators (scalings, constant matrix products both ways, sums, means, differences,
+    negation) and the moving ones (slices, a concatenation with a constant, a transpose), each
+    with its exact map on object arrays of mpf. The constants are float32 values, so that the
+    network is the same in both dtypes the harness checks."""
+    g = torch.Generator().manual_seed(4)
+    r = lambda *shape: torch.randn(*shape, generator=g).double()  # noqa: E731
+    scale, shift = r(3, 5), r(5)
+    yield ops.Affine(scale, shift), [(3, 1)], lambda x: x * _mp(scale) + _mp(shift)
+    right = r(6, 4)
+    yield ops.ConstMatMul(right), [(6,)], lambda x: np.dot(x, _mp(right))
+    left = r(4, 6)
+    yield ops.ConstMatMul(left, constant_first=True), [(6, 3)], lambda x: np.dot(_mp(left), x)
+    yield ops.Binary("Sub"), [(3, 1), (3, 5)], lambda a, b: a - b
+    yield ops.Binary("Add"), [(3, 5), (5,)], lambda a, b: a + b
+    yield ops.Reduce("sum", (1,), keepdims=True), [(2, 3, 4)], lambda x: x.sum(axis=1, keepdims=True)
+    yield ops.Reduce("mean", (0,)), [(3,)], lambda x: x.sum(axis=0, keepdims=True) / 3
+    yield ops.Neg(), [(2, 3)], lambda x: -x
+    yield ops.Slice((0,), (1,), (5,), (2,)), [(6,)], lambda x: x[1:5:2]
+    part = r(2)
+    yield ops.Concat(0, (None, part, None)), [(3,), (1,)], lambda a, b: np.concatenate([a, _mp(part), b])
+    yield ops.Transpose((2, 0, 1)), [(2, 3, 4)], lambda x: x.transpose(2, 0, 1)
+
+
+class _AffineView:
+    """The harness's view of an affine operator's rule: its interval and crossing (no parameters)."""
+
+    parameters = 0
+
+    def __init__(self, layer):
+        self.rule = rule_for(layer)
+
+    def interval(self, layer, inputs):
+        return self.rule.forward_interval(layer, inputs)
+
+    def backward(self, layer, A, inputs, alpha=None):
+        return self.rule.backward(layer, A, inputs, alpha)
+
+
+@pytest.mark.parametrize("case", list(_exact_cases()), ids=lambda case: type(case[0]).__name__)
+def test_affine_operators_hold_exactly(case):
+    """Every affine operator's interval and crossing are exact up to rounding: a bound moved inward
+    by 1e-4 fails here at the box's corners (the intervals of a sum or a product reach their ends
+    there)."""
+    layer, shapes, exact = case
+    rng = np.random.default_rng(5)
+
+    def box(width, center=0.0):
+        return [(c - w, c + w) for c, w in ((rng.normal(size=s) + center, rng.uniform(0, width, size=s)) for s in shapes)]
+
+    boxes = [box(1.0), box(1e-7), box(0.0), box(3.0, 1e3), box(0.5, -2.0)]
+    assert check_multi_input(_AffineView(layer), layer, exact, boxes) > 0
