@@ -1,6 +1,6 @@
-"""Forward linear bounds through one element-wise operator (:func:`assay.bounds.forward.forward_bounds`,
-the crossing :mod:`assay.bounds.stages.operator` applies to an element-wise rule's relaxation),
-checked exactly by the falsification harness.
+"""Forward linear bounds through one operator (:func:`assay.bounds.forward.forward_bounds`: the
+crossings :mod:`assay.bounds.stages.operator` applies to an element-wise rule's relaxation and to
+an affine operator's map, and a ReLU's), checked exactly by the falsification harness.
 
 A network of one operator on a vector input, each element on its own interval: the output's
 forward functions ``a·x + c ∓ e`` (the coefficients as stored, the budget ``e`` subtracted
@@ -15,16 +15,18 @@ from __future__ import annotations
 import math
 
 import mpmath
+import numpy as np
 import pytest
 import torch
 
 from assay.bounds import plan_for
 from assay.bounds.forward import forward_bounds
 from assay.bounds.rules import rule_for
-from assay.bounds.rules.base import Relaxation
+from assay.bounds.rules.base import Crossing, Relaxation
 from assay.nn import Network, ReLU
 from assay.nn.ops.activation import Abs, Clip, Cos, Exp, Floor, LeakyRelu, Log, Pow, Reciprocal, Sigmoid, Sign, Sin, Sqrt, Tanh
-from tests.bounds.rules.harness import check_elementwise, straddling_intervals, tiny_intervals
+from tests.bounds.rules.harness import check_elementwise, check_multi_input, straddling_intervals, tiny_intervals
+from tests.bounds.rules.test_linear import _exact_cases
 
 
 class ForwardCrossing:
@@ -135,3 +137,38 @@ def test_forward_functions_of_a_relu_hold_exactly(symbols):
     intervals = GENERAL + straddling_intervals([0.0], widths=(1e-6, 0.3, 5.0)) + [(0.0, 1.0), (-1.0, 0.0)]
     checked = check_elementwise(ForwardCrossing(ReLU(), symbols), ReLU(), _relu, intervals, alphas=(None,), count=12)
     assert checked > 20 * len(intervals)
+
+
+class ForwardRows:
+    """The harness's view of the forward functions of ``Network((layer,), input shape)`` as a
+    crossing of its one input: rows ``A`` on the output through the output's functions
+    (:meth:`~assay.bounds.forward.Cut.substitute`: ``A·y ≥ A_x·x + offset − owed``)."""
+
+    parameters = 0
+
+    def interval(self, layer, inputs):
+        return rule_for(layer).forward_interval(layer, inputs)
+
+    def backward(self, layer, A, inputs, alpha=None):
+        (lower, upper), = inputs
+        plan = plan_for(Network((layer,), tuple(lower.shape[1:])), lower.dtype)
+        cuts = {}
+        forward_bounds(plan, lower, upper, lambda position, low, high: (low, high), keep={1}, cuts=cuts)
+        coefficients, offset, owed = cuts[1].substitute(A)
+        return Crossing((coefficients,), offset, owed)
+
+
+@pytest.mark.parametrize("case", [case for case in _exact_cases() if len(case[1]) == 1],
+                         ids=lambda case: type(case[0]).__name__)
+def test_forward_functions_of_an_affine_operator_hold_exactly(case):
+    """Both functions through an affine operator (``L m ∓ |L| w``, or moved as they are), rows of
+    both signs substituted, checked at the box's corners and inside."""
+    layer, (shape,), exact = case
+    rng = np.random.default_rng(6)
+
+    def box(width, center=0.0):
+        c, w = rng.normal(size=shape) + center, rng.uniform(0, width, size=shape)
+        return [(c - w, c + w)]
+
+    boxes = [box(1.0), box(1e-7), box(0.0), box(3.0, 1e3)]
+    assert check_multi_input(ForwardRows(), layer, exact, boxes) > 0
