@@ -26,7 +26,7 @@ from assay.bounds.rules.base import Crossing, Relaxation
 from assay.nn import Network, ReLU
 from assay.nn.ops.activation import Abs, Clip, Cos, Exp, Floor, LeakyRelu, Log, Pow, Reciprocal, Sigmoid, Sign, Sin, Sqrt, Tanh
 from tests.bounds.rules.harness import check_elementwise, check_multi_input, straddling_intervals, tiny_intervals
-from tests.bounds.rules.test_linear import _exact_cases
+from tests.bounds.rules.test_linear import _exact_cases, _unrounded_constant_cases
 
 
 class ForwardCrossing:
@@ -158,7 +158,7 @@ class ForwardRows:
         return Crossing((coefficients,), offset, owed)
 
 
-@pytest.mark.parametrize("case", [case for case in _exact_cases() if len(case[1]) == 1],
+@pytest.mark.parametrize("case", [case for case in (*_exact_cases(), *_unrounded_constant_cases()) if len(case[1]) == 1],
                          ids=lambda case: type(case[0]).__name__)
 def test_forward_functions_of_an_affine_operator_hold_exactly(case):
     """Both functions through an affine operator (``L m ∓ |L| w``, or moved as they are), rows of

@@ -130,6 +130,16 @@ def _exact_cases():
     yield ops.Transpose((2, 0, 1)), [(2, 3, 4)], lambda x: x.transpose(2, 0, 1)
 
 
+def _unrounded_constant_cases():
+    """Moving operators whose constants float32 cannot hold (0.1, 1/3, a Pad value of 0.1): in a
+    float32 plan the constant the forward pass uses is rounded, and the bounds must still hold for
+    the network's own (float64) constants."""
+    part = torch.tensor([0.1, 1 / 3], dtype=torch.float64)
+    yield ops.Concat(0, (None, part)), [(3,)], lambda a: np.concatenate([a, _mp(part)])
+    tenth = _mp(torch.tensor([0.1], dtype=torch.float64))
+    yield ops.Pad((1,), (2,), 0.1), [(3,)], lambda a: np.concatenate([tenth, a, tenth, tenth])
+
+
 class _AffineView:
     """The harness's view of an affine operator's rule: its interval and crossing (no parameters)."""
 
@@ -145,7 +155,8 @@ class _AffineView:
         return self.rule.backward(layer, A, inputs, alpha)
 
 
-@pytest.mark.parametrize("case", list(_exact_cases()), ids=lambda case: type(case[0]).__name__)
+@pytest.mark.parametrize("case", [*_exact_cases(), *_unrounded_constant_cases()],
+                         ids=lambda case: type(case[0]).__name__)
 def test_affine_operators_hold_exactly(case):
     """Every affine operator's interval and crossing are exact up to rounding: a bound moved inward
     by 1e-4 fails here at the box's corners (the intervals of a sum or a product reach their ends

@@ -16,8 +16,10 @@ backward coefficients ``P = Lᵀ A`` (computed) differ from the exact ones by at
 γ_{fan+2}·|L|ᵀ|A| (the constants' cast into the working dtype included), charged as
 γ·|A|·(|L| m) with m the inputs' magnitudes; the offset ``A · c`` is a sum of n products.
 Operators that only move, copy or pad values (:attr:`LinearRule.moves_only`) round nothing
-forwards: their interval is ``(f(lower), f(upper))`` exactly; backwards they owe rounding only
-where copies' coefficients are summed (``fan`` > 1).
+forwards: their interval is ``(f(lower), f(upper))`` exactly, save a constant part that the
+dtype cannot hold (a Concat part or Pad value of 0.1 in float32), whose ends move out by one
+float (:meth:`LinearRule.cast_error`); backwards they owe rounding only where copies'
+coefficients are summed (``fan`` > 1).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from assay.bounds.ibp import center_radius
+from assay.bounds.ibp import cast_outward, center_radius
 from assay.bounds.plan import gamma
 from assay.bounds.rules import register
 from assay.bounds.rules.base import Crossing, LayerRule, dot
@@ -107,7 +109,13 @@ class LinearRule(LayerRule):
     def forward_interval(self, layer, inputs):
         lowers, uppers = [l for l, _ in inputs], [u for _, u in inputs]
         if self.moves_only:
-            return layer.forward(*lowers), layer.forward(*uppers)
+            low, high = layer.forward(*lowers), layer.forward(*uppers)
+            error = self.cast_error(layer, lowers)
+            if error is not None:  # a constant the dtype cannot hold: the exact one is the next float at most
+                moved = error > 0
+                low = torch.where(moved, torch.nextafter(low, low.new_tensor(-torch.inf)), low)
+                high = torch.where(moved, torch.nextafter(high, high.new_tensor(torch.inf)), high)
+            return low, high
         dtype = lowers[0].dtype
         centers, radii = zip(*(center_radius(l, u) for l, u in inputs))
         absolute = self.absolute_map(layer)
@@ -150,6 +158,23 @@ class LinearRule(LayerRule):
         zeros = [torch.zeros(batch * rows, *shape, dtype=G.dtype) for shape in in_shapes]
         pulled = _pullback(self.absolute_map(layer), zeros, G.reshape(batch * rows, *G.shape[2:]))
         return tuple(p.reshape(batch, rows, *p.shape[1:]) for p in pulled)
+
+    def cast_error(self, layer, like: list[torch.Tensor]) -> torch.Tensor | None:
+        """(1, *out_shape) in ``like``'s dtype: at least ``|c − c̃|`` per output, with ``c`` the
+        layer's constant part (float64, the network's own) and ``c̃`` the one its forward pass
+        uses in that dtype (a Concat part or Pad value of 0.1 is rounded in float32); None where
+        the dtype holds every constant exactly (computed once per layer, dtype and shapes)."""
+        if like[0].dtype == torch.float64:
+            return None
+        cache = self.__dict__.setdefault("_cast_errors", weakref.WeakKeyDictionary())
+        key = (like[0].dtype, tuple(tuple(t.shape[1:]) for t in like))
+        per_layer = cache.setdefault(layer, {})
+        if key not in per_layer:
+            exact = self._constant(layer, [torch.zeros(1, *t.shape[1:], dtype=torch.float64) for t in like])
+            error = (exact - self._constant(layer, like).to(torch.float64)).abs()
+            # rounded up into the dtype (a float32 error of 0 stays 0)
+            per_layer[key] = cast_outward(error, error, like[0].dtype)[1] if bool((error > 0).any()) else None
+        return per_layer[key]
 
     def _constant(self, layer, like: list[torch.Tensor]) -> torch.Tensor:
         """``f(0, …, 0)`` (1, *out_shape): the constant part of the map (computed once per layer,

@@ -161,7 +161,7 @@ def _linear_operator(stage: OperatorStage, sources: list[LinearFunctions], input
     With ``m``/``w`` the midpoint and half-difference of a source's two functions, ``L m − |L| w``
     equals ``L⁺ lower + L⁻ upper`` exactly: the lower function of y (and ``L m + |L| w`` the
     upper). Operators that only move values (:attr:`LinearRule.moves_only`) map each function as
-    it is and round nothing. Rounding otherwise: every entry is a sum of at most ``fan``
+    it is and round nothing (a constant part the dtype cannot hold owes its cast's error). Rounding otherwise: every entry is a sum of at most ``fan``
     products, and subtracting the constant ``c`` (``L`` is ``forward − forward(0)``) rounds by
     u·|c| in each of the n coefficients, so the budgets grow by γ·(|L| magnitudes + |c|·(2 + Σ|x|)).
     """
@@ -177,12 +177,15 @@ def _linear_operator(stage: OperatorStage, sources: list[LinearFunctions], input
 
     if rule.moves_only:  # every output is one input or a constant: exact in floats
         a_lo = coefficients(*[f.a_lo for f in sources])
+        # save constants the dtype cannot hold: their budgets (0 there) become the cast's error
+        cast = rule.cast_error(layer, [f.c_lo for f in sources])
+        cast = 0.0 if cast is None else cast
         return LinearFunctions(
             a_lo, layer.forward(*[f.c_lo for f in sources]),
-            layer.forward(*[f.e_lo for f in sources]) - constant,
+            layer.forward(*[f.e_lo for f in sources]) - constant + cast,
             a_lo if all(f.shared for f in sources) else coefficients(*[f.a_hi for f in sources]),
             layer.forward(*[f.c_hi for f in sources]),
-            layer.forward(*[f.e_hi for f in sources]) - constant)
+            layer.forward(*[f.e_hi for f in sources]) - constant + cast)
     absolute = rule.absolute_map(layer)
     if all(f.shared for f in sources):  # m = a exactly and w = 0: both functions are L a
         a_mid = coefficients(*[f.a_lo for f in sources])
