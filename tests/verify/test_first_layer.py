@@ -155,13 +155,13 @@ def _exact_max(network: Network, lower: np.ndarray, upper: np.ndarray, C: np.nda
 def test_relu_splitting_on_one_hidden_layer_agrees_with_an_exact_milp(seed, monkeypatch):
     """Wide boxes, most neurons unstable (as on VNN-COMP safenlp): the search leans on the tightening."""
     calls = []
-    original = first_layer_module.tighten_first_layer
+    original = first_layer_module.tighten_first_layer_from
 
     def counted(*args, **kwargs):
         calls.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr("assay.verify.relu_split.tighten_first_layer", counted)
+    monkeypatch.setattr("assay.verify.relu_split.tighten_first_layer_from", counted)
     n = 5
     network = random_relu_network(100 + seed, (n, 16, 2))
     lower, upper = -np.ones(n), np.ones(n)
