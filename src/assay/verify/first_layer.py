@@ -29,7 +29,6 @@ import torch
 
 from assay.bounds import IntermediateBounds
 from assay.bounds.ibp import cast_outward
-from assay.bounds.optimize import Adam
 from assay.bounds.plan import gamma
 from assay.nn.layers import Flatten, Linear, Reshape
 from assay.nn.network import Network
@@ -231,8 +230,7 @@ def _tightened(form: FirstLayer, lower, upper, s, target, iterations: int, start
         draft = [t.to(DRAFT_DTYPE) for t in cuts]
         # A row whose peak over the box, at its starting multipliers, satisfies the new splits has
         # the same bound under them (its parent's, inherited): only the others are searched.
-        slopes = _slopes(beta, *_rows(form, rows, DRAFT_DTYPE), *draft)
-        active = both & (slopes < 0).logical_and_(fresh.unsqueeze(1)).any(2)
+        active = both & _violated(beta, fresh, *_rows(form, rows, DRAFT_DTYPE), *draft)
         bound = _searched(form, active, rows, beta, cuts, draft, iterations, rate, moments)
     bound = torch.where(both, bound, torch.inf)
     reached = None if start is None else _keyed(beta, rows, both, columns, neurons, start.beta.shape[2])
@@ -285,19 +283,23 @@ def _restricted(start: Multipliers, rows: torch.Tensor, columns: torch.Tensor) -
     values = start.beta.to(DRAFT_DTYPE)
     picked = values.gather(1, rows.unsqueeze(2).expand(-1, -1, values.shape[2]))  # (B, 2R, K')
     # a start from elsewhere (a stale or foreign tag) may hold anything: only values ≥ 0 are multipliers
-    picked = torch.nan_to_num(picked, nan=0.0, posinf=0.0, neginf=0.0).clamp_(min=0)
+    picked = picked.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0).clamp_(min=0)
     match = (columns.unsqueeze(2) == start.columns.unsqueeze(1)) & (columns >= 0).unsqueeze(2)  # (B, K, K')
     # a column named twice in ``start`` counts once (its first entry)
     match = match & (match.cumsum(2) == 1)
     return picked.matmul(match.to(DRAFT_DTYPE).transpose(1, 2)), (columns >= 0) & ~match.any(2)
 
 
-def _slopes(beta, base_A, base_b, cut_A, cut_b, center, radius) -> torch.Tensor:
-    """(B, R, K): each constraint's value where each row of ``base + β·cuts`` peaks on the box (its
-    slope in β: negative where the peak violates it)."""
-    A = torch.baddbmm(base_A, beta, cut_A)
-    return torch.baddbmm((cut_A.matmul(center.unsqueeze(2)).squeeze(2) + cut_b).unsqueeze(1),
-                         A.sign().mul_(radius.unsqueeze(1)), cut_A.transpose(1, 2))
+def _violated(beta, fresh, base_A, base_b, cut_A, cut_b, center, radius) -> torch.Tensor:
+    """(B, R) bool: the rows of ``base + β·cuts`` whose peak over the box violates one of the
+    ``fresh`` (B, K) constraints (its slope in that constraint's multiplier is negative)."""
+    real, which = fresh.to(torch.int8).topk(int(fresh.sum(1).max()), dim=1)  # the fresh columns first
+    cut = cut_A.gather(1, which.unsqueeze(2).expand(-1, -1, cut_A.shape[2]))  # (B, F, n)
+    # padding columns get an infinite offset: never violated
+    at_center = torch.where(real.bool(), cut.matmul(center.unsqueeze(2)).squeeze(2) + cut_b.gather(1, which), torch.inf)
+    peak = torch.copysign(radius.unsqueeze(1).expand(-1, base_A.shape[1], -1).contiguous(),
+                          torch.baddbmm(base_A, beta, cut_A))  # (B, R, n): the peak, less the center
+    return (torch.baddbmm(at_center.unsqueeze(1), peak, cut.transpose(1, 2)) < 0).any(2)
 
 
 def _keyed(beta: torch.Tensor, rows: torch.Tensor, real: torch.Tensor, columns: torch.Tensor, neurons: int,
@@ -305,7 +307,7 @@ def _keyed(beta: torch.Tensor, rows: torch.Tensor, real: torch.Tensor, columns: 
     """Multipliers ``beta`` (B, 2R, K) of rows ``rows`` (B, 2R; only the ``real`` ones) and split
     neurons ``columns`` (B, K; −1 padding) keyed by neuron, keeping the ``width`` columns of most weight."""
     count = beta.shape[0]
-    beta = torch.where(real.unsqueeze(2), beta, 0).to(DRAFT_DTYPE)
+    beta = beta.to(DRAFT_DTYPE)
     if beta.shape[2] > width:
         weight = torch.where(columns >= 0, beta.sum(1), -1.0)
         keep = weight.topk(width, dim=1).indices
@@ -314,39 +316,54 @@ def _keyed(beta: torch.Tensor, rows: torch.Tensor, real: torch.Tensor, columns: 
         pad = width - beta.shape[2]
         beta = torch.nn.functional.pad(beta, (0, pad))
         columns = torch.nn.functional.pad(columns, (0, pad), value=-1)
-    kept = torch.zeros(count, 2 * neurons, width, dtype=DRAFT_DTYPE)
-    # padding rows repeat a real row's neuron with zeros: adding them changes nothing
-    kept.scatter_add_(1, rows.unsqueeze(2).expand(-1, -1, width), beta)
-    return Multipliers(kept, columns)
+    # padding rows repeat a real row's neuron: they go to a spare last row, dropped
+    rows = torch.where(real, rows, 2 * neurons)
+    kept = torch.zeros(count, 2 * neurons + 1, width, dtype=DRAFT_DTYPE)
+    kept.scatter_(1, rows.unsqueeze(2).expand(-1, -1, width), beta)
+    return Multipliers(kept[:, :-1], columns)
 
 
 def _multipliers(base_A, base_b, cut_A, cut_b, center, radius, iterations: int, initial=None,
                  rate: float = LEARNING_RATE, moments=MOMENTS) -> torch.Tensor:
     """(B, R, K) multipliers β ≥ 0 making ``max over the box of (base + β·cuts)(x)`` small: the
     best iterate of projected Adam from ``initial`` (≥ 0; default 0), itself among the iterates
-    (only a choice: any β ≥ 0 gives a sound bound)."""
+    (only a choice: any β ≥ 0 gives a sound bound).
+
+    The steps are Adam's (torch.optim.Adam's update, as :class:`assay.bounds.optimize.Adam`)
+    written out on transposed tensors, rows last: on CPU the batched products and the
+    element-wise steps run about a third faster that way than with rows first (safenlp's
+    domains: 100–200 rows, 10–30 splits, 30 inputs)."""
     count, rows, width = base_A.shape[0], base_A.shape[1], cut_A.shape[1]
-    beta = torch.zeros(count, rows, width, dtype=base_A.dtype) if initial is None else initial.clone()
-    optimizer = Adam([{"params": [beta], "lr": rate}], decay=1.0, betas=moments)
-    best = torch.full((count, rows), torch.inf, dtype=base_A.dtype)
+    beta = torch.zeros(count, width, rows, dtype=base_A.dtype) if initial is None \
+        else initial.transpose(1, 2).contiguous()  # (B, K, R)
+    best = torch.full((count, 1, rows), torch.inf, dtype=base_A.dtype)
     best_beta = beta.clone()
     # The constraints' and rows' values at the box's center: each step adds only what the peak's
     # offset from the center (± radius, the sign of the row's coefficient) contributes.
-    at_center = cut_A.matmul(center.unsqueeze(2)).squeeze(2) + cut_b  # (B, K)
-    base_at_center = base_A.matmul(center.unsqueeze(2)).squeeze(2) + base_b  # (B, R)
-    radius, cut_T = radius.unsqueeze(1), cut_A.transpose(1, 2)
-    for _ in range(iterations + 1):
-        A = torch.baddbmm(base_A, beta, cut_A)  # (B, R, n)
-        offset = A.sign().mul_(radius)  # where each row peaks on the box, less the center
-        value = base_at_center + beta.matmul(at_center.unsqueeze(2)).squeeze(2) + (offset * A).sum(2)
+    at_center = cut_A.matmul(center.unsqueeze(2)) + cut_b.unsqueeze(2)  # (B, K, 1)
+    base_at_center = (base_A.matmul(center.unsqueeze(2)).squeeze(2) + base_b).unsqueeze(1)  # (B, 1, R)
+    base_T, cut_T = base_A.transpose(1, 2).contiguous(), cut_A.transpose(1, 2).contiguous()  # (B, n, R), (B, n, K)
+    # broadcasting inside element-wise operations is slow on CPU: the radius is laid out in full
+    spread = radius.unsqueeze(2).expand(-1, -1, rows).contiguous()  # (B, n, R)
+    radius_row, at_center_row = radius.unsqueeze(1), at_center.transpose(1, 2)  # (B, 1, n), (B, 1, K)
+    mean, square = torch.zeros_like(beta), torch.zeros_like(beta)
+    decay_mean, decay_square = moments
+    for step in range(iterations + 1):
+        A = torch.baddbmm(base_T, cut_T, beta)  # (B, n, R): each row's coefficients
+        value = base_at_center + at_center_row.bmm(beta) + radius_row.bmm(A.abs())  # (B, 1, R)
         better = value < best
-        best = torch.where(better, value, best)
-        best_beta = torch.where(better.unsqueeze(2), beta, best_beta)
+        best = torch.minimum(best, value)
+        best_beta.addcmul_(better.to(beta.dtype), beta - best_beta)
+        if step == iterations:
+            break
         # d value / d β_k: constraint k at the peak (the inner maximum's gradient, Danskin)
-        beta.grad = torch.baddbmm(at_center.unsqueeze(1), offset, cut_T)
-        optimizer.step()
-        beta.clamp_(min=0)
-    return best_beta
+        grad = torch.baddbmm(at_center, cut_A, torch.copysign(spread, A))  # (B, K, R)
+        mean.lerp_(grad, 1 - decay_mean)
+        square.mul_(decay_square).addcmul_(grad, grad, value=1 - decay_square)
+        steps = step + 1
+        denominator = square.sqrt().mul_(1 / (1 - decay_square ** steps) ** 0.5).add_(1e-8)
+        beta.addcdiv_(mean, denominator, value=-rate / (1 - decay_mean ** steps)).clamp_(min=0)
+    return best_beta.transpose(1, 2)
 
 
 def _sound_value(beta, base_A, base_b, cut_A, cut_b, center, radius) -> torch.Tensor:
