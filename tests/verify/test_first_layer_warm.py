@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from assay.bounds import IntermediateBounds
+from assay.errors import AssayError
 from assay.verify import first_layer as fl
 from assay.verify.first_layer import Multipliers, first_layer, tighten_first_layer_from
 from tests.verify.networks import random_relu_network
@@ -172,3 +173,11 @@ def test_the_bounds_are_the_sound_values_of_the_multipliers_kept():
         bound = torch.cat([tightened.upper[0], -tightened.lower[0]], 1).gather(1, rows)
         # equal but for the rounding margin, which grows with the number of columns evaluated
         assert torch.allclose(bound[real], kept_bound[real], rtol=0, atol=1e-12)
+
+
+def test_multipliers_of_another_shape_are_refused():
+    form, lower, upper, _, chain = _family(40, count=2)
+    inherited = _clamped(*_box_bounds(form.W, form.b, lower, upper), chain[0])
+    wrong = Multipliers(torch.zeros(2, 5, 3), torch.full((2, 3), -1))
+    with pytest.raises(AssayError, match="first-layer multipliers"):
+        tighten_first_layer_from(form, lower, upper, chain[0], inherited, wrong)

@@ -30,6 +30,7 @@ import torch
 from assay.bounds import IntermediateBounds
 from assay.bounds.ibp import cast_outward
 from assay.bounds.plan import gamma
+from assay.errors import AssayError
 from assay.nn.layers import Flatten, Linear, Reshape
 from assay.nn.network import Network
 
@@ -154,16 +155,28 @@ def tighten_first_layer_from(form: FirstLayer, lower: torch.Tensor, upper: torch
     parent's), and returning the multipliers reached, for its children.
 
     A domain whose ``start`` has a column takes :data:`WARM_ITERATIONS` steps from it, the others
-    ``iterations`` (:data:`ITERATIONS`) from 0. The bounds are the sound values of the multipliers
+    ``iterations`` (:data:`ITERATIONS`) from 0. Only the rows whose peak over the box, at their
+    starting multipliers, violates a split that ``start`` has no column for (the new splits) are
+    searched: the bound of the others is no tighter under the new splits than without them (the
+    parent's, which the domain inherits). The bounds are the sound values of the multipliers
     reached (whatever ``start`` holds), and never looser than ``bounds``.
 
     Returns:
         (tightened bounds, (B,) bool: empty domains, (B,) multipliers: those reached where a domain
-        was tightened, ``start``'s elsewhere; None where the layer keeps none).
+        was tightened, ``start``'s elsewhere; None where the layer keeps none, :func:`warm_columns`).
+
+    Raises:
+        AssayError: ``start`` is not shaped as :meth:`Multipliers.none` of the domains.
     """
     iterations = ITERATIONS if iterations is None else iterations
     count = lower.shape[0]
     width = warm_columns(form)
+    if start is not None and width:
+        expected = (count, 2 * form.W.shape[0], width)
+        if tuple(start.beta.shape) != expected or tuple(start.columns.shape) != (count, width):
+            raise AssayError(f"first-layer multipliers of shapes {tuple(start.beta.shape)} and "
+                             f"{tuple(start.columns.shape)} for {count} domains of a layer of {form.W.shape[0]} "
+                             f"neurons; expected {expected} and {(count, width)} (Multipliers.none)")
     if start is None and width:
         start = Multipliers.none(count, form)
     kept = None if not width else [start.beta, start.columns, False]  # (copied before the first write)

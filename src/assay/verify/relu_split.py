@@ -418,7 +418,9 @@ def _inherited_multipliers(branches: Branches, form) -> Multipliers | None:
 def _multiplier_tags(network: Network, count: int, multipliers: Multipliers | None) -> dict[str, torch.Tensor]:
     """The tags that carry the first-layer split multipliers of ``count`` bounded domains to their
     children (zeros when there are none yet, so that every batch carries them: concatenated
-    branches keep only the tags every part has); empty where the network's layer keeps none."""
+    branches keep only the tags every part has); empty where the network's layer keeps none.
+    Each pending domain holds them: 2N × :data:`~assay.verify.first_layer.WARM_COLUMNS` float32
+    (32 KiB on safenlp's 128 neurons; at most 64 KiB, see ``WARM_ELEMENTS``)."""
     if multipliers is None:
         form = first_layer(network)
         multipliers = None if form is None else Multipliers.none(count, form)
