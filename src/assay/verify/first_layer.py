@@ -275,21 +275,29 @@ def _searched(form: FirstLayer, active, rows, beta, cuts, draft, iterations: int
     counts = active.sum(1)
     order = counts.argsort()
     order = order[counts[order] > 0]
+    if not order.numel():
+        return bound
+    # the domains in that order once: each group is then a slice of them
+    active, rows, start, counts = active[order], rows[order], beta[order], counts[order]
+    cuts, draft = [t[order] for t in cuts], [t[order] for t in draft]
+    domains, picks, values, found = [], [], [], []
     for first in range(0, order.numel(), _GROUP):
-        index = order[first:first + _GROUP]
-        picked, pick = active[index].to(torch.int8).topk(int(counts[index].max()), dim=1)
+        group = slice(first, first + _GROUP)
+        picked, pick = active[group].to(torch.int8).topk(int(counts[group].max()), dim=1)
+        base = _rows(form, rows[group].gather(1, pick), torch.float64)
+        initial = start[group].gather(1, pick.unsqueeze(2).expand(-1, -1, start.shape[2]))
+        reached = _multipliers(*(t.to(DRAFT_DTYPE) for t in base), *(t[group] for t in draft), iterations, initial,
+                               rate, moments)
+        value = _sound_value(reached.to(torch.float64), *base, *(t[group] for t in cuts))
+        # padding picks repeat an active row: only the picked ones are written back
         picked = picked.bool()
-        base = _rows(form, rows[index].gather(1, pick), torch.float64)
-        found = _multipliers(*(t.to(DRAFT_DTYPE) for t in base), *(t[index] for t in draft), iterations,
-                             beta[index].gather(1, pick.unsqueeze(2).expand(-1, -1, beta.shape[2])), rate, moments)
-        value = _sound_value(found.to(torch.float64), *base, *(t[index] for t in cuts))
-        # padding picks repeat an active row: written back only where picked (into a spare last row)
-        pick = torch.where(picked, pick, active.shape[1])
-        spare = torch.zeros(len(index), 1, dtype=torch.float64)
-        bound[index] = torch.cat([bound[index], spare], 1).scatter(1, pick, value)[:, :-1]
-        spare = torch.zeros(len(index), 1, beta.shape[2], dtype=beta.dtype)
-        beta[index] = torch.cat([beta[index], spare], 1).scatter(
-            1, pick.unsqueeze(2).expand(-1, -1, beta.shape[2]), found)[:, :-1]
+        domains.append(order[group].unsqueeze(1).expand_as(pick)[picked])
+        picks.append(pick[picked])
+        values.append(value[picked])
+        found.append(reached[picked])
+    domains, picks = torch.cat(domains), torch.cat(picks)
+    bound[domains, picks] = torch.cat(values)
+    beta[domains, picks] = torch.cat(found)
     return bound
 
 
