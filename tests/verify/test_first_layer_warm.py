@@ -181,3 +181,17 @@ def test_multipliers_of_another_shape_are_refused():
     wrong = Multipliers(torch.zeros(2, 5, 3), torch.full((2, 3), -1))
     with pytest.raises(AssayError, match="first-layer multipliers"):
         tighten_first_layer_from(form, lower, upper, chain[0], inherited, wrong)
+
+
+def test_a_layer_too_wide_to_keep_multipliers_is_tightened_from_zero(monkeypatch):
+    """Without kept multipliers (WARM_ELEMENTS too small for the layer) every domain is searched
+    from 0 on all its rows, and its bounds stay sound; a start given is not read."""
+    monkeypatch.setattr(fl, "WARM_ELEMENTS", 0)
+    form, lower, upper, _, chain = _family(50)
+    inherited = _clamped(*_box_bounds(form.W, form.b, lower, upper), chain[2])
+    assert fl.warm_columns(form) == 0 and Multipliers.none(len(lower), form) is None
+    tightened, empty, kept = tighten_first_layer_from(form, lower, upper, chain[2], inherited,
+                                                      Multipliers(torch.zeros(1), torch.zeros(1)))
+    assert kept is None and not empty.any()
+    assert (tightened.upper[0] < inherited.upper[0]).any()
+    _assert_sound(form, lower, upper, chain[2], inherited, tightened, 50)
