@@ -155,13 +155,15 @@ def _exact_max(network: Network, lower: np.ndarray, upper: np.ndarray, C: np.nda
 def test_relu_splitting_on_one_hidden_layer_agrees_with_an_exact_milp(seed, monkeypatch):
     """Wide boxes, most neurons unstable (as on VNN-COMP safenlp): the search leans on the tightening."""
     calls = []
-    original = first_layer_module.tighten_first_layer
+    original = first_layer_module.tighten_first_layer_from
 
     def counted(*args, **kwargs):
-        calls.append(1)
+        start = args[5]
+        # whether some domain starts from its parent's multipliers (they travel in its tags)
+        calls.append(start is not None and bool((start.columns >= 0).any()))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr("assay.verify.relu_split.tighten_first_layer", counted)
+    monkeypatch.setattr("assay.verify.relu_split.tighten_first_layer_from", counted)
     n = 5
     network = random_relu_network(100 + seed, (n, 16, 2))
     lower, upper = -np.ones(n), np.ones(n)
@@ -175,6 +177,7 @@ def test_relu_splitting_on_one_hidden_layer_agrees_with_an_exact_milp(seed, monk
     assert result.status is expected, result
     if expected is VerificationStatus.HOLDS:
         assert calls  # the search branched on the first layer and tightened it
+        assert any(calls)  # children started from their parents' multipliers
 
 
 def test_bounds_kept_in_float32_are_rounded_outwards():

@@ -43,7 +43,7 @@ from assay.errors import UnsupportedOperatorError
 from assay.nn.network import Network, resolve_dtype
 from assay.verify.attack import confirm, pgd
 from assay.verify.deadline import Deadline
-from assay.verify.first_layer import first_layer, tighten_first_layer
+from assay.verify.first_layer import Multipliers, first_layer, tighten_first_layer_from
 from assay.verify.leaf_lp import HOLDS, VIOLATED, decide_leaf, is_leaf
 from assay.verify.lp_refine import row_upper_bounds
 from assay.verify.problem import UnsafeQuery
@@ -280,7 +280,7 @@ class ReluSplitting:
         count = len(branches)
         box = (branches.lower.reshape(count, *shape), branches.upper.reshape(count, *shape))
         is_root = branches.parents is None
-        empty = None
+        empty, multipliers = None, None
         if is_root and self._root_bounds is not None and count == 1:
             result = self._root_bounds
         elif is_root:
@@ -290,7 +290,7 @@ class ReluSplitting:
             newest = branches.tags.get("split_layer") if branches.tags else None
             fixed = int(newest.min()) + 1 if refine and newest is not None else 0
             splits = [s.to(torch.int64) for s in branches.splits]
-            parents, empty = self._first_layer_tightened(branches, newest)
+            parents, empty, multipliers = self._first_layer_tightened(branches, newest)
             alphas = _slopes_of(branches)
             to_bound = _unstable_after(parents, fixed) if refine else None
             if to_bound is not None and to_bound <= INTERMEDIATE_BETA_MAX_UNSTABLE:
@@ -332,31 +332,44 @@ class ReluSplitting:
         # The optimised slopes go to the children, which start from them (α reused from parents).
         alphas = {f"alpha_{k}": a for k, a in enumerate(result.alphas or ()) if a is not None}
         bounded = Branches(branches.lower, branches.upper, branches.splits, result.intermediate, branches.weight,
-                           tags=alphas)
+                           tags={**alphas, **_multiplier_tags(self.network, count, multipliers)})
         settled = torch.where(closed, branches.weight, torch.zeros_like(branches.weight))
         return BoundedBranches(bounded, closed, settled, _DomainBounds(result, is_root))
 
     def _first_layer_tightened(self, branches: Branches, newest: torch.Tensor | None):
         """The domains' inherited bounds with the first ReLU layer's tightened under its splits
-        (:mod:`assay.verify.first_layer`) where the newest split is there, and (B,) bool: the
-        domains that shows empty (None when nothing was tightened). Empty domains keep their
+        (:mod:`assay.verify.first_layer`) where the newest split is there, (B,) bool: the
+        domains that shows empty (None when nothing was tightened), and the domains' split
+        multipliers for their children (None where the layer keeps none).
+
+        Each domain's multipliers start from its parent's (its tags, see :func:`_multiplier_tags`),
+        which give the parent's bounds at once, so a few steps suffice. Empty domains keep their
         bounds as they are: they are closed whatever these say."""
         parents = branches.parents
         form = first_layer(self.network)
+        inherited = _inherited_multipliers(branches, form)
         if form is None or newest is None:
-            return parents, None
+            return parents, None, inherited
         fresh = newest == 0
         if not bool(fresh.any()):
-            return parents, None
+            return parents, None, inherited
         index = fresh.nonzero().flatten()
-        tightened, empty = tighten_first_layer(form, branches.lower[index], branches.upper[index],
-                                               branches.splits[0][index], parents.select(index))
+        start = None if inherited is None else Multipliers(inherited.beta[index], inherited.columns[index])
+        tightened, empty, reached = tighten_first_layer_from(form, branches.lower[index], branches.upper[index],
+                                                             branches.splits[0][index], parents.select(index), start)
         keep = index[~empty]
         lower, upper = parents.lower[0].clone(), parents.upper[0].clone()
         lower[keep], upper[keep] = tightened.lower[0][~empty], tightened.upper[0][~empty]
         every_empty = torch.zeros(len(branches), dtype=torch.bool)
         every_empty[index] = empty
-        return IntermediateBounds((lower, *parents.lower[1:]), (upper, *parents.upper[1:])), every_empty
+        if inherited is not None and reached is not None:
+            if len(index) == len(branches):
+                inherited = reached
+            else:
+                inherited = Multipliers(inherited.beta.clone(), inherited.columns.clone())
+                inherited.beta[index], inherited.columns[index] = reached.beta, reached.columns
+        return (IntermediateBounds((lower, *parents.lower[1:]), (upper, *parents.upper[1:])), every_empty,
+                inherited)
 
     def probe(self, bounded: BoundedBranches, open_, deadline: Deadline, stats: SearchStats):
         payload = bounded.payload
@@ -389,6 +402,35 @@ class ReluSplitting:
         tags = {name: value[both] for name, value in (domains.tags or {}).items()}
         return Branches(domains.lower[both], domains.upper[both], tuple(child_splits), child_parents,
                         domains.weight[both] / 2, tags={**tags, "split_layer": layer[both]})
+
+
+def _inherited_multipliers(branches: Branches, form) -> Multipliers | None:
+    """The first-layer split multipliers the branches carry (zeros for branches that carry none,
+    e.g. the root's children), or None where the layer keeps none."""
+    if form is None:
+        return None
+    tags = branches.tags or {}
+    if _BETA in tags and _BETA_COLUMNS in tags:
+        return Multipliers(tags[_BETA], tags[_BETA_COLUMNS])
+    return Multipliers.none(len(branches), form)
+
+
+def _multiplier_tags(network: Network, count: int, multipliers: Multipliers | None) -> dict[str, torch.Tensor]:
+    """The tags that carry the first-layer split multipliers of ``count`` bounded domains to their
+    children (zeros when there are none yet, so that every batch carries them: concatenated
+    branches keep only the tags every part has); empty where the network's layer keeps none.
+    Each pending domain holds them: 2N × :data:`~assay.verify.first_layer.WARM_COLUMNS` float32
+    (32 KiB on safenlp's 128 neurons; at most 64 KiB, see ``WARM_ELEMENTS``)."""
+    if multipliers is None:
+        form = first_layer(network)
+        multipliers = None if form is None else Multipliers.none(count, form)
+    if multipliers is None:
+        return {}
+    return {_BETA: multipliers.beta, _BETA_COLUMNS: multipliers.columns}
+
+
+# The tags of the first-layer split multipliers (:class:`assay.verify.first_layer.Multipliers`).
+_BETA, _BETA_COLUMNS = "first_layer_beta", "first_layer_beta_columns"
 
 
 def _unstable_after(intermediate: IntermediateBounds, fixed: int) -> int:
