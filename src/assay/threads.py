@@ -32,9 +32,14 @@ from assay.errors import OptionError
 __all__ = ["SMALL_NETWORK_PARAMETERS", "SMALL_NETWORK_ELEMENTS", "one_thread_suffices", "threads_for",
            "torch_threads", "use_threads", "set_threads", "on_network_threads"]
 
-# Below this many parameters a network's tensors are too small for torch's threads to pay off
-# (and they lose much when the cores are shared): such networks run on one thread.
-# (torch is imported only where threads are set, so that the command line reads these cheaply.)
+# Below this many parameters in every one layer, a network's products are too small for torch's
+# threads to pay off (and they lose much when the cores are shared): such networks run on one
+# thread. Per layer, not in all: a transformer of 116,000 parameters in 9,000-parameter matrices
+# (vit_2023 ibp_3_3_8) gains nothing from threads: beside one busy process two threads ran its
+# PGD from the centre 4× slower (1.52 s against 0.37), and at load 5 its 100-s search bounded 3
+# domains (392 on one thread beside one busy process); nn4sys mscn row 128 held in 7.5 s on one
+# thread and timed out at 20 s on two. mnist 256x2's 784×256 layer keeps its threads. (torch is imported only where threads are set, so that the command line
+# reads these cheaply.)
 SMALL_NETWORK_PARAMETERS = 100_000
 # ... and fewer elements than this over all its tensors: a convolutional network with few weights
 # but large images (TinyYOLO: 92,205 parameters, 631,722 elements) has tensors large enough for
@@ -47,14 +52,16 @@ _SMALL: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def one_thread_suffices(network) -> bool:
     """Whether ``network``'s tensors are too small for threads to pay off (fewer than
-    :data:`SMALL_NETWORK_PARAMETERS` parameters and :data:`SMALL_NETWORK_ELEMENTS` elements over
-    all its tensors, one input). Remembered per network (a network's shapes do not change)."""
+    :data:`SMALL_NETWORK_PARAMETERS` parameters in each layer and :data:`SMALL_NETWORK_ELEMENTS`
+    elements over all its tensors, one input). Remembered per network (a network's shapes do
+    not change)."""
     try:
         return _SMALL[network]
     except (KeyError, TypeError):  # TypeError: an object that cannot be weakly referenced
         pass
     elements = sum(math.prod(shape) for shape in network.shapes)
-    small = network.num_parameters < SMALL_NETWORK_PARAMETERS and elements < SMALL_NETWORK_ELEMENTS
+    largest = max((layer.num_parameters for layer in network.layers), default=0)
+    small = largest < SMALL_NETWORK_PARAMETERS and elements < SMALL_NETWORK_ELEMENTS
     try:
         _SMALL[network] = small
     except TypeError:

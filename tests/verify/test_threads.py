@@ -44,6 +44,18 @@ def test_many_parameters_get_threads():
     assert not one_thread_suffices(network)
 
 
+def test_many_small_layers_run_on_one_thread():
+    """A transformer-like network: over 100,000 parameters in all, none of its products large
+    (vit_2023's 116,000 parameters sit in matrices of at most 9,264)."""
+    rng = np.random.default_rng(0)
+    layers = []
+    for _ in range(14):
+        layers += [Linear(rng.normal(size=(90, 90)), np.zeros(90)), ReLU()]
+    network = Network(tuple(layers), (90,))
+    assert network.num_parameters >= SMALL_NETWORK_PARAMETERS
+    assert one_thread_suffices(network)
+
+
 def _small_network() -> Network:
     rng = np.random.default_rng(1)
     return Network((Linear(rng.normal(size=(20, 4)), rng.normal(size=20)), ReLU(),

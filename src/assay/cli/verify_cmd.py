@@ -67,7 +67,7 @@ def verify(
                                   "(e.g. tcp://10.0.0.5:8786) instead of a local process pool."),
     out: Path = typer.Option(None, "--out", "-o", help="With --instances: write per-instance results to this CSV."),
     threads: int = typer.Option(None, "--threads", help="torch threads for one instance (default: 1 for networks "
-                                f"under {SMALL_NETWORK_PARAMETERS:,} parameters and {SMALL_NETWORK_ELEMENTS:,} tensor elements, "
+                                f"under {SMALL_NETWORK_PARAMETERS:,} parameters in every layer and {SMALL_NETWORK_ELEMENTS:,} tensor elements, "
                                 "whose small tensors gain nothing "
                                 "from threads and lose much when the cores are shared; torch's default otherwise)."),
     stop_on_error: bool = typer.Option(False, "--stop-on-error", help="With --instances: stop at the first bad row "
