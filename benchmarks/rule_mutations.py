@@ -63,7 +63,7 @@ FAMILY_TESTS = {
     "softmax": ("tests/bounds/rules/test_softmax.py", "tests/bounds/test_attention_alpha.py"),
     "decisions": ("tests/bounds/rules/test_decisions.py",),
     "linear": ("tests/bounds/rules/test_linear.py",),
-    "relu_network": ("tests/bounds/test_soundness.py", "tests/bounds/test_maxpool.py",
+    "relu_network": ("tests/bounds/rules/test_relu_lines.py", "tests/bounds/test_soundness.py", "tests/bounds/test_maxpool.py",
                      "tests/bounds/test_forward_symbols.py", "tests/bounds/test_relu_coefficients.py",
                      "tests/bounds/test_alpha_branches.py"),
 }
