@@ -38,8 +38,8 @@ __all__ = ["SMALL_NETWORK_PARAMETERS", "SMALL_NETWORK_ELEMENTS", "one_thread_suf
 # (vit_2023 ibp_3_3_8) gains nothing from threads: beside one busy process two threads ran its
 # PGD from the centre 4× slower (1.52 s against 0.37), and at load 5 its 100-s search bounded 3
 # domains (392 on one thread beside one busy process); nn4sys mscn row 128 held in 7.5 s on one
-# thread and timed out at 20 s on two. mnist 256x2's 784×256 layer keeps its threads. (torch is imported only where threads are set, so that the command line
-# reads these cheaply.)
+# thread and timed out at 20 s on two. mnist 256x2's 784×256 layer keeps its threads.
+# (torch is imported only where threads are set, so that the command line reads these cheaply.)
 SMALL_NETWORK_PARAMETERS = 100_000
 # ... and fewer elements than this over all its tensors: a convolutional network with few weights
 # but large images (TinyYOLO: 92,205 parameters, 631,722 elements) has tensors large enough for
@@ -70,7 +70,7 @@ def one_thread_suffices(network) -> bool:
 
 
 # The counts callers chose: set_threads's first (None: assay's default), then use_threads's blocks,
-# innermost last.
+# innermost last. Process-wide, like torch's own setting that they choose.
 _CHOSEN: list[int | None] = [None]
 
 

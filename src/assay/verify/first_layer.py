@@ -157,9 +157,11 @@ def tighten_first_layer_from(form: FirstLayer, lower: torch.Tensor, upper: torch
     A domain whose ``start`` has a column takes :data:`WARM_ITERATIONS` steps from it, the others
     ``iterations`` (:data:`ITERATIONS`) from 0. Only the rows whose peak over the box, at their
     starting multipliers, violates a split that ``start`` has no column for (the new splits) are
-    searched: the bound of the others is no tighter under the new splits than without them (the
-    parent's, which the domain inherits). The bounds are the sound values of the multipliers
-    reached (whatever ``start`` holds), and never looser than ``bounds``.
+    searched. For the others a new split's multiplier has a non-negative gradient at 0 (the
+    constraint holds at the peak), so a first step would not lower their value: they keep the
+    bound they inherit (their parent's, sound on this sub-domain). That choice only costs
+    tightness; the bounds are the sound values of the multipliers reached (whatever ``start``
+    holds), and never looser than ``bounds``.
 
     Returns:
         (tightened bounds, (B,) bool: empty domains, (B,) multipliers: those reached where a domain
@@ -249,8 +251,9 @@ def _tightened(form: FirstLayer, lower, upper, s, target, iterations: int, start
     else:
         beta, fresh = _restricted(start, rows, columns)
         draft = [t.to(DRAFT_DTYPE) for t in cuts]
-        # A row whose peak over the box, at its starting multipliers, satisfies the new splits has
-        # the same bound under them (its parent's, inherited): only the others are searched.
+        # A row whose peak over the box, at its starting multipliers, satisfies the new splits
+        # gains nothing from a first step on their multipliers (the gradient there is ≥ 0): it
+        # keeps its inherited bound, and only the others are searched.
         active = both & _violated(beta, fresh, *_rows(form, rows, DRAFT_DTYPE), *draft)
         bound = _searched(form, active, rows, beta, cuts, draft, iterations, rate, moments)
     bound = torch.where(both, bound, torch.inf)

@@ -161,7 +161,8 @@ def _linear_operator(stage: OperatorStage, sources: list[LinearFunctions], input
     With ``m``/``w`` the midpoint and half-difference of a source's two functions, ``L m − |L| w``
     equals ``L⁺ lower + L⁻ upper`` exactly: the lower function of y (and ``L m + |L| w`` the
     upper). Operators that only move values (:attr:`LinearRule.moves_only`) map each function as
-    it is and round nothing (a constant part the dtype cannot hold owes its cast's error). Rounding otherwise: every entry is a sum of at most ``fan``
+    it is and round nothing (a constant part the dtype cannot hold owes its cast's error,
+    :meth:`LinearRule.cast_error`). Rounding otherwise: every entry is a sum of at most ``fan``
     products, and subtracting the constant ``c`` (``L`` is ``forward − forward(0)``) rounds by
     u·|c| in each of the n coefficients, so the budgets grow by γ·(|L| magnitudes + |c|·(2 + Σ|x|)).
     """
